@@ -1,0 +1,414 @@
+/* The dynamic graph: ops attach a node to their output as they run, and
+ * tg_backward walks the nodes in reverse topological order, accumulating
+ * gradients into leaves and freeing the graph behind it. */
+#include "graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local bool grad_disabled;
+static _Thread_local tg_backward_observer observer;
+static _Thread_local void *observer_user;
+static _Thread_local int64_t visit_mark;
+
+static const char *const op_names[] = {
+#define TG_OP(name, text) text,
+#include "ops.def"
+#undef TG_OP
+};
+_Static_assert(sizeof op_names / sizeof op_names[0] == TG_OP_COUNT,
+               "op_names must follow ops.def");
+
+const char *tg_op_name(tg_op op)
+{
+    return (unsigned)op < TG_OP_COUNT ? op_names[op] : NULL;
+}
+
+bool tg_set_grad_enabled(bool enabled)
+{
+    bool was = !grad_disabled;
+    grad_disabled = !enabled;
+    return was;
+}
+
+bool tg_grad_enabled(void) { return !grad_disabled; }
+
+void tg__set_backward_observer(tg_backward_observer fn, void *user)
+{
+    observer = fn;
+    observer_user = user;
+}
+
+/* ---- leaves --------------------------------------------------------------- */
+
+int tg_set_requires_grad(tg_tensor *t, bool requires_grad)
+{
+    TG_CHECK_NULL_STATUS(t);
+    if (t->node) {
+        tg__fail(TG_ERR_STATE, "tg_set_requires_grad: only leaves can be changed; this tensor "
+                               "was made by %s (detach it first)", tg_op_name(t->node->op));
+        return -1;
+    }
+    if (requires_grad && tg__check_float("tg_set_requires_grad", t) < 0)
+        return -1;
+    t->requires_grad = requires_grad;
+    return 0;
+}
+
+bool tg_requires_grad(const tg_tensor *t) { return t && t->requires_grad; }
+
+bool tg_is_leaf(const tg_tensor *t) { return t && !t->node; }
+
+tg_tensor *tg_grad(const tg_tensor *t)
+{
+    TG_CHECK_NULL(t);
+    return tg__ret(tg_retain(t->grad));
+}
+
+void tg_zero_grad(tg_tensor *t)
+{
+    if (!t)
+        return;
+    tg_release(t->grad);
+    t->grad = NULL;
+}
+
+tg_tensor *tg_detach(const tg_tensor *t)
+{
+    TG_CHECK_NULL(t);
+    return tg__ret(tg__alias(t));
+}
+
+/* ---- recording ------------------------------------------------------------ */
+
+bool tg__needs_grad(int n, const tg_tensor *const *inputs)
+{
+    if (grad_disabled)
+        return false;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && inputs[i]->requires_grad)
+            return true;
+    return false;
+}
+
+tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
+                      const tg_tensor *const *inputs, tg_node **node_out)
+{
+    if (node_out)
+        *node_out = NULL;
+    if (!out)
+        return NULL;
+    if (!tg__needs_grad(n, inputs))
+        return tg__ret(out);
+    tg_node *node = calloc(1, sizeof *node);
+    tg_tensor **in = calloc((size_t)n, sizeof *in);
+    bool *needs = calloc((size_t)n, sizeof *needs);
+    if (!node || !in || !needs) {
+        free(node);
+        free(in);
+        free(needs);
+        tg_release(out);
+        return tg__fail(TG_ERR_NOMEM, "tg_%s: out of memory recording the graph",
+                        tg_op_name(op));
+    }
+    node->refcount = 1;
+    node->op = op;
+    node->backward = backward;
+    node->n_inputs = n;
+    node->inputs = in;
+    node->needs = needs;
+    for (int i = 0; i < n; i++) {
+        in[i] = tg_retain(inputs[i]);
+        needs[i] = inputs[i] && inputs[i]->requires_grad;
+    }
+    node->out_ndim = out->ndim;
+    memcpy(node->out_shape, out->shape, sizeof node->out_shape);
+    node->out_dtype = out->dtype;
+    out->node = node;
+    out->requires_grad = true;
+    if (node_out)
+        *node_out = node;
+    return tg__ret(out);
+}
+
+void tg__save(tg_node *node, int slot, tg_tensor *t)
+{
+    if (!node || slot < 0 || slot >= TG_NODE_SAVED)
+        return;
+    tg_release(node->saved[slot]);
+    node->saved[slot] = tg_retain(t);
+}
+
+/* Drops what the node holds for backward; the node itself stays, marked
+ * freed, as long as its output lives. */
+static void free_links(tg_node *node)
+{
+    for (int i = 0; i < node->n_inputs; i++)
+        tg_release(node->inputs[i]);
+    for (int i = 0; i < TG_NODE_SAVED; i++) {
+        tg_release(node->saved[i]);
+        node->saved[i] = NULL;
+    }
+    free(node->inputs);
+    free(node->needs);
+    node->inputs = NULL;
+    node->needs = NULL;
+    node->n_inputs = 0;
+    tg_release(node->grad);
+    node->grad = NULL;
+    node->freed = true;
+}
+
+void tg__node_release(tg_node *node)
+{
+    if (!node || --node->refcount > 0)
+        return;
+    free_links(node);
+    free(node);
+}
+
+/* ---- backward ------------------------------------------------------------- */
+
+tg_tensor *tg__sum_to(const tg_tensor *grad, int ndim, const int64_t *shape)
+{
+    int dims[TG_MAX_DIMS], nd = 0;
+    int lead = grad->ndim - ndim;
+    for (int d = 0; d < grad->ndim; d++)
+        if (d < lead || (shape[d - lead] == 1 && grad->shape[d] != 1))
+            dims[nd++] = d;
+    if (nd == 0)
+        return tg__ret(tg_retain(grad));
+    tg_scope_begin();
+    tg_tensor *sum = tg_sum(grad, dims, nd, true);
+    tg_tensor *view = NULL;
+    if (sum) {
+        int64_t stride[TG_MAX_DIMS];
+        tg__contiguous_strides(ndim, shape, stride);
+        view = tg__ret(tg__view(sum, ndim, shape, stride, sum->offset));
+    }
+    return tg_scope_end_keep(view);
+}
+
+/* grad += g, in place: grad is the leaf's own contiguous tensor. */
+static void add_into(tg_tensor *grad, const tg_tensor *g)
+{
+    int64_t strides[2][TG_MAX_DIMS];
+    memcpy(strides[0], grad->stride, sizeof strides[0]);
+    memcpy(strides[1], g->stride, sizeof strides[1]);
+    tg__iter it;
+    tg__iter_init(&it, g->ndim, g->shape, 2, (const int64_t(*)[TG_MAX_DIMS])strides);
+    if (!it.len)
+        return;
+    do {
+        if (grad->dtype == TG_FLOAT32) {
+            float *d = (float *)tg__ptr(grad) + it.off[0];
+            const float *s = (const float *)tg__ptr(g) + it.off[1];
+            for (int64_t j = 0; j < it.len; j++)
+                d[j * it.inner[0]] += s[j * it.inner[1]];
+        } else {
+            double *d = (double *)tg__ptr(grad) + it.off[0];
+            const double *s = (const double *)tg__ptr(g) + it.off[1];
+            for (int64_t j = 0; j < it.len; j++)
+                d[j * it.inner[0]] += s[j * it.inner[1]];
+        }
+    } while (tg__iter_next(&it));
+}
+
+/* Adds g (input's shape and dtype) to what input has gathered so far: the
+ * .grad of a leaf, which owns its storage, or the pending gradient of the
+ * node that made input. */
+static int accumulate(tg_tensor *input, tg_tensor *g)
+{
+    if (!input->node) {
+        if (!input->grad) {
+            input->grad = tg__convert(g, input->dtype); /* a copy nobody else sees */
+            return input->grad ? 0 : -1;
+        }
+        add_into(input->grad, g);
+        return 0;
+    }
+    tg_node *node = input->node;
+    if (!node->grad) {
+        node->grad = tg_retain(g);
+        return 0;
+    }
+    tg_tensor *sum = tg_add(node->grad, g);
+    if (!sum)
+        return -1;
+    tg_retain(sum); /* sum is held by the open scope too */
+    tg_release(node->grad);
+    node->grad = sum;
+    return 0;
+}
+
+/* Checks one input gradient that a backward function produced and brings it
+ * to the input's shape. Returns the gradient (a borrowed reference held by
+ * the open scope) or NULL. */
+static tg_tensor *fit_gradient(const tg_node *node, int i, tg_tensor *g)
+{
+    const tg_tensor *input = node->inputs[i];
+    if (!g)
+        return tg__fail(TG_ERR_STATE, "tg_backward: the backward of %s gave no gradient "
+                                      "for input %d", tg_op_name(node->op), i);
+    if (g->dtype != input->dtype)
+        return tg__fail(TG_ERR_DTYPE, "tg_backward: %s gave a %s gradient for a %s input",
+                        tg_op_name(node->op), tg_dtype_name(g->dtype),
+                        tg_dtype_name(input->dtype));
+    bool same = g->ndim == input->ndim &&
+                !memcmp(g->shape, input->shape, (size_t)g->ndim * sizeof g->shape[0]);
+    return same ? g : tg__sum_to(g, input->ndim, input->shape);
+}
+
+static int run_node(tg_node *node)
+{
+    tg_tensor *grads[64] = {0};
+    tg_tensor **gs = node->n_inputs <= 64 ? grads : calloc((size_t)node->n_inputs, sizeof *gs);
+    if (!gs) {
+        tg__fail(TG_ERR_NOMEM, "tg_backward: out of memory");
+        return -1;
+    }
+    int rc = 0;
+    tg_scope_begin();
+    if (node->backward(node, node->grad, gs) < 0)
+        rc = -1;
+    for (int i = 0; rc == 0 && i < node->n_inputs; i++) {
+        if (!node->needs[i])
+            continue;
+        tg_tensor *g = fit_gradient(node, i, gs[i]);
+        if (!g || accumulate(node->inputs[i], g) < 0)
+            rc = -1;
+    }
+    tg_scope_end();
+    if (gs != grads)
+        free(gs);
+    if (observer && rc == 0)
+        observer(node->op, observer_user);
+    return rc;
+}
+
+/* The nodes reachable from root, in post-order (inputs before users). */
+static tg_node **topological_order(tg_node *root, int64_t *count)
+{
+    int64_t cap = 64, n = 0, depth = 0, stack_cap = 64;
+    tg_node **order = malloc((size_t)cap * sizeof *order);
+    struct frame { tg_node *node; int next; } *stack = malloc((size_t)stack_cap * sizeof *stack);
+    if (!order || !stack)
+        goto nomem;
+    int64_t mark = ++visit_mark;
+    root->visit = mark;
+    stack[depth++] = (struct frame){root, 0};
+    while (depth > 0) {
+        struct frame *f = &stack[depth - 1];
+        if (f->next < f->node->n_inputs) {
+            tg_tensor *in = f->node->inputs[f->next++];
+            tg_node *child = in ? in->node : NULL;
+            if (!child || !f->node->needs[f->next - 1] || child->visit == mark)
+                continue;
+            if (child->freed) {
+                free(order);
+                free(stack);
+                tg__fail(TG_ERR_STATE, "tg_backward: the graph through %s was freed by an "
+                                       "earlier backward", tg_op_name(child->op));
+                return NULL;
+            }
+            child->visit = mark;
+            if (depth == stack_cap) {
+                stack_cap *= 2;
+                void *p = realloc(stack, (size_t)stack_cap * sizeof *stack);
+                if (!p)
+                    goto nomem;
+                stack = p;
+            }
+            stack[depth++] = (struct frame){child, 0};
+            continue;
+        }
+        if (n == cap) {
+            cap *= 2;
+            void *p = realloc(order, (size_t)cap * sizeof *order);
+            if (!p)
+                goto nomem;
+            order = p;
+        }
+        order[n++] = f->node;
+        depth--;
+    }
+    free(stack);
+    *count = n;
+    return order;
+nomem:
+    free(order);
+    free(stack);
+    tg__fail(TG_ERR_NOMEM, "tg_backward: out of memory sorting the graph");
+    return NULL;
+}
+
+static int check_root(const tg_tensor *root, const tg_tensor *grad_output)
+{
+    if (!root->requires_grad) {
+        tg__fail(TG_ERR_STATE, "tg_backward: the tensor does not require grad (no input of "
+                               "the ops that made it requires grad)");
+        return -1;
+    }
+    if (root->node && root->node->freed) {
+        tg__fail(TG_ERR_STATE, "tg_backward: the graph behind this %s output was freed by an "
+                               "earlier backward", tg_op_name(root->node->op));
+        return -1;
+    }
+    if (!grad_output) {
+        if (tg__numel(root->ndim, root->shape) != 1) {
+            tg__fail(TG_ERR_SHAPE, "tg_backward: grad_output is NULL but the root has shape %s; "
+                                   "only a one-element root gets the implicit gradient 1",
+                     TG_SHAPE_STR(root));
+            return -1;
+        }
+        return 0;
+    }
+    if (grad_output->dtype != root->dtype || grad_output->ndim != root->ndim ||
+        memcmp(grad_output->shape, root->shape, (size_t)root->ndim * sizeof root->shape[0])) {
+        tg__fail(TG_ERR_SHAPE, "tg_backward: grad_output %s %s does not match the root %s %s",
+                 TG_SHAPE_STR(grad_output), tg_dtype_name(grad_output->dtype),
+                 TG_SHAPE_STR(root), tg_dtype_name(root->dtype));
+        return -1;
+    }
+    return 0;
+}
+
+int tg_backward(tg_tensor *root, const tg_tensor *grad_output)
+{
+    TG_CHECK_NULL_STATUS(root);
+    if (check_root(root, grad_output) < 0)
+        return -1;
+    bool was_enabled = tg_set_grad_enabled(false);
+    tg_scope_begin();
+    tg_tensor *g = grad_output ? tg_retain(grad_output)
+                               : tg_ones(root->dtype, root->ndim, root->shape);
+    if (grad_output)
+        tg__ret(g);
+    int rc = g ? 0 : -1;
+    if (rc == 0 && !root->node) {
+        rc = accumulate(root, g);
+    } else if (rc == 0) {
+        int64_t n = 0;
+        tg_node **order = topological_order(root->node, &n);
+        if (!order)
+            rc = -1;
+        for (int64_t i = 0; i < n; i++)
+            order[i]->refcount++; /* freeing links below must not free nodes we visit */
+        root->node->grad = tg_retain(g);
+        for (int64_t i = n - 1; rc == 0 && i >= 0; i--)
+            if (order[i]->grad) {
+                if (run_node(order[i]) < 0)
+                    rc = -1;
+                tg_release(order[i]->grad); /* done with it: free memory as we go */
+                order[i]->grad = NULL;
+            }
+        for (int64_t i = n - 1; i >= 0; i--)
+            free_links(order[i]);
+        for (int64_t i = 0; i < n; i++)
+            tg__node_release(order[i]);
+        free(order);
+    }
+    tg_scope_end();
+    tg_set_grad_enabled(was_enabled);
+    return rc;
+}

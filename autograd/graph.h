@@ -1,0 +1,69 @@
+/* The private side of the autograd graph: the node an op attaches to its
+ * output, and what ops call to record themselves. Never installed. */
+#ifndef TG_GRAPH_H
+#define TG_GRAPH_H
+
+#include "autograd.h"
+#include "internal.h"
+
+typedef struct tg_node tg_node;
+
+/* Computes the gradient of each input that needs one (node->needs[i]) from
+ * grad, the gradient of the node's output (same shape and dtype as the
+ * output, any layout), into grads[i]. It runs with grad mode off inside a
+ * scope that owns the results: build them with public ops (or pass a tensor
+ * made by internal helpers through tg__ret) and release nothing. A gradient
+ * with the output's broadcast shape is summed back to the input's shape by
+ * the engine. Returns 0, or -1 on error. */
+typedef int (*tg_backward_fn)(tg_node *node, const tg_tensor *grad, tg_tensor **grads);
+
+#define TG_NODE_SAVED 4
+#define TG_NODE_ARGS 4
+#define TG_NODE_IARGS (2 * TG_MAX_DIMS)
+
+struct tg_node {
+    int64_t refcount; /* the output tensor's, plus the engine's while it runs */
+    tg_op op;
+    tg_backward_fn backward;
+    int n_inputs;
+    tg_tensor **inputs;  /* retained: the op's operands */
+    bool *needs;         /* needs[i]: inputs[i] requires grad */
+    tg_tensor *saved[TG_NODE_SAVED]; /* retained: whatever else backward needs */
+    double args[TG_NODE_ARGS];       /* scalar arguments (p, eps, exponent...) */
+    int64_t iargs[TG_NODE_IARGS];    /* integer arguments (dims, perm...) */
+    /* the output's geometry, to check upstream gradients */
+    int out_ndim;
+    int64_t out_shape[TG_MAX_DIMS];
+    tg_dtype out_dtype;
+    /* engine state */
+    bool freed;        /* backward already ran through here */
+    tg_tensor *grad;   /* upstream gradient accumulated during backward */
+    int64_t visit;     /* marks nodes during the topological sort */
+};
+
+/* True when grad mode is on and one of the n inputs requires grad. */
+bool tg__needs_grad(int n, const tg_tensor *const *inputs);
+
+/* Finishes an op: when out is not NULL and tg__needs_grad holds, attaches a
+ * node recording op, backward and the inputs to out, and stores it in *node
+ * (NULL otherwise; node itself may be NULL). Registers out in the open scope
+ * and returns it, or NULL (releasing out) on failure. Every op returns
+ * through this. */
+tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
+                      const tg_tensor *const *inputs, tg_node **node);
+
+/* Keeps t (retained) for backward in node->saved[slot]. Save the op's own
+ * output with tg__alias(out), never out itself: out -> node -> out would be a
+ * cycle that is never freed. */
+void tg__save(tg_node *node, int slot, tg_tensor *t);
+
+/* A gradient of the shape of the output broadcast from (ndim, shape),
+ * summed back to that shape: new reference. */
+tg_tensor *tg__sum_to(const tg_tensor *grad, int ndim, const int64_t *shape);
+
+/* Called by the engine with each op whose backward ran (for gradcheck's
+ * coverage count); NULL turns it off. Per thread. */
+typedef void (*tg_backward_observer)(tg_op op, void *user);
+void tg__set_backward_observer(tg_backward_observer observer, void *user);
+
+#endif

@@ -1,0 +1,165 @@
+/* Creating tensors: constants, ranges, copies of C arrays, random tensors
+ * from a seeded generator, and the causal mask. */
+#include "internal.h"
+
+#include <string.h>
+
+static bool known_dtype(const char *fn, tg_dtype dtype)
+{
+    if (tg_dtype_size(dtype))
+        return true;
+    tg__fail(TG_ERR_DTYPE, "%s: unknown dtype %d", fn, (int)dtype);
+    return false;
+}
+
+static void fill(tg_tensor *t, double value)
+{
+    int64_t n = tg__numel(t->ndim, t->shape);
+    void *p = tg__ptr(t);
+    switch (t->dtype) {
+    case TG_FLOAT32: for (int64_t i = 0; i < n; i++) ((float *)p)[i] = (float)value; break;
+    case TG_FLOAT64: for (int64_t i = 0; i < n; i++) ((double *)p)[i] = value; break;
+    case TG_INT64: for (int64_t i = 0; i < n; i++) ((int64_t *)p)[i] = (int64_t)value; break;
+    case TG_BOOL: for (int64_t i = 0; i < n; i++) ((bool *)p)[i] = value != 0; break;
+    }
+}
+
+static tg_tensor *make_full(const char *fn, tg_dtype dtype, int ndim, const int64_t *shape,
+                            double value)
+{
+    if (!known_dtype(fn, dtype) || tg__check_shape(fn, ndim, shape) < 0)
+        return NULL;
+    if (dtype == TG_INT64 && !(fabs(value) < 0x1p63))
+        return tg__fail(TG_ERR_VALUE, "%s: %g does not fit in int64", fn, value);
+    tg_tensor *t = tg__empty(dtype, ndim, shape);
+    if (t && value != 0)
+        fill(t, value);
+    return tg__ret(t);
+}
+
+tg_tensor *tg_zeros(tg_dtype dtype, int ndim, const int64_t *shape)
+{
+    return make_full(__func__, dtype, ndim, shape, 0.0);
+}
+
+tg_tensor *tg_ones(tg_dtype dtype, int ndim, const int64_t *shape)
+{
+    return make_full(__func__, dtype, ndim, shape, 1.0);
+}
+
+tg_tensor *tg_full(tg_dtype dtype, int ndim, const int64_t *shape, double value)
+{
+    return make_full(__func__, dtype, ndim, shape, value);
+}
+
+tg_tensor *tg_scalar(tg_dtype dtype, double value)
+{
+    return make_full(__func__, dtype, 0, NULL, value);
+}
+
+tg_tensor *tg_arange(tg_dtype dtype, double start, double end, double step)
+{
+    if (!known_dtype(__func__, dtype))
+        return NULL;
+    if (dtype == TG_BOOL)
+        return tg__fail(TG_ERR_DTYPE, "tg_arange: bool is not a numeric dtype");
+    if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
+        return tg__fail(TG_ERR_VALUE, "tg_arange: start %g, end %g, step %g do not make a range",
+                        start, end, step);
+    double count = ceil((end - start) / step);
+    if (count < 0)
+        count = 0;
+    if (count > 0x1p56)
+        return tg__fail(TG_ERR_NOMEM, "tg_arange: %g elements is too many", count);
+    int64_t n = (int64_t)count;
+    tg_tensor *t = tg__empty(dtype, 1, &n);
+    if (!t)
+        return NULL;
+    void *p = tg__ptr(t);
+    for (int64_t i = 0; i < n; i++) {
+        double v = start + (double)i * step;
+        switch (dtype) {
+        case TG_FLOAT32: ((float *)p)[i] = (float)v; break;
+        case TG_FLOAT64: ((double *)p)[i] = v; break;
+        case TG_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
+        case TG_BOOL: break;
+        }
+    }
+    return tg__ret(t);
+}
+
+tg_tensor *tg_from_data(tg_dtype dtype, int ndim, const int64_t *shape, const void *data)
+{
+    if (!known_dtype(__func__, dtype) || tg__check_shape(__func__, ndim, shape) < 0)
+        return NULL;
+    TG_CHECK_NULL(data);
+    tg_tensor *t = tg__empty(dtype, ndim, shape);
+    if (t)
+        memcpy(tg__ptr(t), data, (size_t)tg__numel(ndim, shape) * tg_dtype_size(dtype));
+    return tg__ret(t);
+}
+
+tg_tensor *tg_causal_mask(int64_t n)
+{
+    if (n < 0)
+        return tg__fail(TG_ERR_SHAPE, "tg_causal_mask: negative size %lld", (long long)n);
+    int64_t shape[2] = {n, n};
+    tg_tensor *t = tg__empty(TG_BOOL, 2, shape);
+    if (!t)
+        return NULL;
+    bool *p = tg__ptr(t);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = i + 1; j < n; j++)
+            p[i * n + j] = true;
+    return tg__ret(t);
+}
+
+/* ---- random tensors ----------------------------------------------------- */
+
+typedef enum { DRAW_UNIFORM, DRAW_NORMAL } draw_kind;
+
+static tg_tensor *draw(const char *fn, tg_rng *rng, tg_dtype dtype, int ndim,
+                       const int64_t *shape, draw_kind kind, double a, double b)
+{
+    if (!rng)
+        return tg__fail(TG_ERR_NULL, "%s: rng is NULL", fn);
+    if (!tg__is_float(dtype))
+        return tg__fail(TG_ERR_DTYPE, "%s: expected float32 or float64, got %s", fn,
+                        tg_dtype_name(dtype));
+    if (!isfinite(a) || !isfinite(b))
+        return tg__fail(TG_ERR_VALUE, "%s: parameters %g and %g must be finite", fn, a, b);
+    tg_tensor *t = tg__empty(dtype, ndim, shape);
+    if (!t)
+        return NULL;
+    int64_t n = tg__numel(ndim, shape);
+    void *p = tg__ptr(t);
+    /* Values come from the stream in row-major order, one draw per element,
+     * so the result does not depend on threads. */
+    for (int64_t i = 0; i < n; i++) {
+        double v = kind == DRAW_UNIFORM ? a + (b - a) * tg_rng_uniform01(rng)
+                                        : a + b * tg_rng_normal(rng);
+        if (dtype == TG_FLOAT32)
+            ((float *)p)[i] = (float)v;
+        else
+            ((double *)p)[i] = v;
+    }
+    return tg__ret(t);
+}
+
+tg_tensor *tg_uniform(tg_rng *rng, tg_dtype dtype, int ndim, const int64_t *shape,
+                      double low, double high)
+{
+    if (!(low <= high))
+        return tg__fail(TG_ERR_VALUE, "tg_uniform: low %g is greater than high %g", low, high);
+    return draw(__func__, rng, dtype, ndim, shape, DRAW_UNIFORM, low, high);
+}
+
+tg_tensor *tg_rand(tg_rng *rng, tg_dtype dtype, int ndim, const int64_t *shape)
+{
+    return draw(__func__, rng, dtype, ndim, shape, DRAW_UNIFORM, 0.0, 1.0);
+}
+
+tg_tensor *tg_randn(tg_rng *rng, tg_dtype dtype, int ndim, const int64_t *shape)
+{
+    return draw(__func__, rng, dtype, ndim, shape, DRAW_NORMAL, 0.0, 1.0);
+}

@@ -1,0 +1,123 @@
+/* The library's private view of a tensor: its struct, error macros, and the
+ * helpers that every kernel and op share (allocation, broadcasting, strided
+ * iteration). Never installed; users see only tensor.h. */
+#ifndef TG_TENSOR_INTERNAL_H
+#define TG_TENSOR_INTERNAL_H
+
+#include "tensor.h"
+
+#include <math.h>
+#include <stdarg.h>
+
+typedef struct tg_storage {
+    int64_t refcount;
+    void *data;
+    size_t nbytes;
+} tg_storage;
+
+struct tg_node; /* autograd/graph.h */
+/* Drops the tensor's reference to the op node that made it. */
+void tg__node_release(struct tg_node *node);
+
+struct tg_tensor {
+    int64_t refcount;
+    tg_storage *storage;
+    int64_t offset; /* in elements */
+    int ndim;
+    tg_dtype dtype;
+    int64_t shape[TG_MAX_DIMS];
+    int64_t stride[TG_MAX_DIMS]; /* in elements; 0 on an expanded dim */
+    /* autograd */
+    bool requires_grad;     /* set on leaves by the user, on outputs by ops */
+    tg_tensor *grad;        /* accumulated gradient of a leaf */
+    struct tg_node *node;   /* the op that made this tensor, NULL on leaves */
+};
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* Records an error (unless one is already recorded) and calls the handler.
+ * Always returns NULL so that `return tg__fail(...)` reads naturally. */
+void *tg__fail(tg_error code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Writes "[2,3]" for t's shape into buf. */
+const char *tg__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
+#define TG_SHAPE_STR(t) \
+    tg__shape_str((char[96]){0}, 96, (t)->ndim, (t)->shape)
+
+/* Validation, in the dav1d style: fail with the function name and condition. */
+#define TG_CHECK_NULL(t) \
+    do { if (!(t)) return tg__fail(TG_ERR_NULL, "%s: " #t " is NULL", __func__); } while (0)
+#define TG_CHECK_NULL_STATUS(t) \
+    do { if (!(t)) { tg__fail(TG_ERR_NULL, "%s: " #t " is NULL", __func__); return -1; } } while (0)
+
+/* ---- scopes -------------------------------------------------------------- */
+
+/* Every public function returns its new tensor through this: it records the
+ * reference in the innermost scope, if one is open. NULL passes through. */
+tg_tensor *tg__ret(tg_tensor *t);
+
+/* ---- allocation --------------------------------------------------------- */
+
+/* A new contiguous tensor, zero-filled. NULL with TG_ERR_NOMEM on failure. */
+tg_tensor *tg__empty(tg_dtype dtype, int ndim, const int64_t *shape);
+tg_tensor *tg__empty_like(const tg_tensor *t);
+/* A new header over t's storage with the given geometry (no autograd state). */
+tg_tensor *tg__view(const tg_tensor *t, int ndim, const int64_t *shape,
+                    const int64_t *stride, int64_t offset);
+/* A view of t with t's own geometry but no autograd state: what an op saves
+ * of its own output without making output -> node -> output a cycle. */
+tg_tensor *tg__alias(const tg_tensor *t);
+/* t itself (retained) when contiguous, otherwise a contiguous copy. */
+tg_tensor *tg__contiguous(const tg_tensor *t);
+/* A contiguous copy of t converted to dtype. */
+tg_tensor *tg__convert(const tg_tensor *t, tg_dtype dtype);
+/* Pointer to t's first element (at its offset), whatever its layout. */
+static inline void *tg__ptr(const tg_tensor *t)
+{
+    return (char *)t->storage->data + (size_t)t->offset * tg_dtype_size(t->dtype);
+}
+int64_t tg__numel(int ndim, const int64_t *shape);
+/* Row-major strides for shape. */
+void tg__contiguous_strides(int ndim, const int64_t *shape, int64_t *stride);
+bool tg__is_float(tg_dtype dtype);
+/* Validates a shape argument: returns 0, or records an error for fn. */
+int tg__check_shape(const char *fn, int ndim, const int64_t *shape);
+/* Wraps a negative dim; -1 (and an error for fn) when out of range. */
+int tg__wrap_dim(const char *fn, int dim, int ndim);
+/* Fails unless t has a float dtype. */
+int tg__check_float(const char *fn, const tg_tensor *t);
+
+/* ---- broadcasting and strided loops ------------------------------------ */
+
+/* The NumPy broadcast of two shapes into (ndim, shape); -1 and an error
+ * naming fn and both shapes when they do not broadcast. */
+int tg__broadcast_shape(const char *fn, const tg_tensor *a, const tg_tensor *b,
+                        int *ndim, int64_t *shape);
+/* t's strides as seen when broadcast to (ndim, shape): 0 on new or size-1 dims. */
+void tg__broadcast_strides(const tg_tensor *t, int ndim, const int64_t *shape,
+                           int64_t *stride);
+
+/* Walks the rows of an n-d index space for up to 4 operands at once: each
+ * step gives every operand's offset of the row start; the innermost dim is
+ * left to the caller's loop (len elements, inner stride per operand).
+ *
+ *   tg__iter it; tg__iter_init(&it, ndim, shape, 2, strides);
+ *   if (it.len) do { for (j < it.len) ... base + it.off[k] + j * it.inner[k] }
+ *   while (tg__iter_next(&it));
+ */
+#define TG_ITER_MAX_OPS 4
+typedef struct {
+    int ndim; /* outer dims (all but the innermost) */
+    int nops;
+    int64_t shape[TG_MAX_DIMS];
+    int64_t stride[TG_ITER_MAX_OPS][TG_MAX_DIMS];
+    int64_t index[TG_MAX_DIMS];
+    int64_t off[TG_ITER_MAX_OPS];
+    int64_t inner[TG_ITER_MAX_OPS];
+    int64_t len; /* elements in one row; 0 when the space is empty */
+} tg__iter;
+void tg__iter_init(tg__iter *it, int ndim, const int64_t *shape, int nops,
+                   const int64_t (*strides)[TG_MAX_DIMS]);
+bool tg__iter_next(tg__iter *it);
+
+#endif

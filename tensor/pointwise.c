@@ -1,0 +1,171 @@
+/* Elementwise kernels: one loop per dtype that walks broadcast, strided or
+ * contiguous operands row by row, with the function picked by kind. */
+#include "kernels.h"
+
+#include <string.h>
+
+#define SQRT_2_OVER_PI 0.7978845608028654
+#define GELU_C 0.044715
+
+static inline double gelu_erf_grad(double x)
+{
+    double cdf = 0.5 * (1.0 + erf(x * M_SQRT1_2));
+    double pdf = exp(-0.5 * x * x) * 0.3989422804014327; /* 1/sqrt(2 pi) */
+    return cdf + x * pdf;
+}
+
+static inline double gelu_tanh(double x)
+{
+    return 0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
+}
+
+static inline double gelu_tanh_grad(double x)
+{
+    double u = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
+    double t = tanh(u);
+    double du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * x * x);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+}
+
+/* The element function of each binary kind, on x (from a) and y (from b). */
+#define BINARY_EXPR(kind, x, y)                                               \
+    ((kind) == TG_BIN_ADD            ? (x) + (y)                              \
+     : (kind) == TG_BIN_SUB          ? (x) - (y)                              \
+     : (kind) == TG_BIN_MUL          ? (x) * (y)                              \
+     : (kind) == TG_BIN_DIV          ? (x) / (y)                              \
+     : (kind) == TG_BIN_TANH_GRAD    ? (x) * (1 - (y) * (y))                  \
+     : (kind) == TG_BIN_SIGMOID_GRAD ? (x) * (y) * (1 - (y))                  \
+     : (kind) == TG_BIN_RELU_GRAD    ? ((y) > 0 ? (x) : 0)                    \
+     : (kind) == TG_BIN_GELU_ERF_GRAD ? (x) * gelu_erf_grad(y)                \
+                                      : (x) * gelu_tanh_grad(y))
+
+/* A loop per kind lets the compiler fold the kind test out of the loop. */
+#define BINARY_LOOP(T, KIND)                                                  \
+    case KIND:                                                                \
+        if (flat) {                                                           \
+            _Pragma("omp parallel for if (n > 32768) schedule(static)")       \
+            for (int64_t i = 0; i < n; i++)                                   \
+                o[i] = (T)BINARY_EXPR(KIND, pa[i], pb[i]);                    \
+        } else {                                                              \
+            do {                                                              \
+                T *oo = o + it.off[0];                                        \
+                const T *aa = pa + it.off[1], *bb = pb + it.off[2];           \
+                for (int64_t j = 0; j < it.len; j++)                          \
+                    oo[j] = (T)BINARY_EXPR(KIND, aa[j * it.inner[1]],         \
+                                           bb[j * it.inner[2]]);              \
+            } while (tg__iter_next(&it));                                     \
+        }                                                                     \
+        break;
+
+#define BINARY_ALL(T)                                                         \
+    do {                                                                      \
+        T *o = tg__ptr(out);                                                  \
+        const T *pa = tg__ptr(a), *pb = tg__ptr(b);                           \
+        switch (kind) {                                                       \
+            BINARY_LOOP(T, TG_BIN_ADD)                                        \
+            BINARY_LOOP(T, TG_BIN_SUB)                                        \
+            BINARY_LOOP(T, TG_BIN_MUL)                                        \
+            BINARY_LOOP(T, TG_BIN_DIV)                                        \
+            BINARY_LOOP(T, TG_BIN_TANH_GRAD)                                  \
+            BINARY_LOOP(T, TG_BIN_SIGMOID_GRAD)                               \
+            BINARY_LOOP(T, TG_BIN_RELU_GRAD)                                  \
+            BINARY_LOOP(T, TG_BIN_GELU_ERF_GRAD)                              \
+            BINARY_LOOP(T, TG_BIN_GELU_TANH_GRAD)                             \
+        }                                                                     \
+    } while (0)
+
+static bool same_shape(const tg_tensor *a, int ndim, const int64_t *shape)
+{
+    return a->ndim == ndim && !memcmp(a->shape, shape, (size_t)ndim * sizeof *shape);
+}
+
+tg_tensor *tg__binary(const tg_tensor *a, const tg_tensor *b, tg__binary_kind kind)
+{
+    int ndim;
+    int64_t shape[TG_MAX_DIMS];
+    if (tg__broadcast_shape("tg__binary", a, b, &ndim, shape) < 0)
+        return NULL;
+    tg_tensor *out = tg__empty(a->dtype, ndim, shape);
+    if (!out)
+        return NULL;
+    int64_t n = tg__numel(ndim, shape);
+    bool flat = same_shape(a, ndim, shape) && same_shape(b, ndim, shape) &&
+                tg_is_contiguous(a) && tg_is_contiguous(b);
+    tg__iter it = {0};
+    if (!flat) {
+        int64_t strides[3][TG_MAX_DIMS];
+        memcpy(strides[0], out->stride, sizeof strides[0]);
+        tg__broadcast_strides(a, ndim, shape, strides[1]);
+        tg__broadcast_strides(b, ndim, shape, strides[2]);
+        tg__iter_init(&it, ndim, shape, 3, (const int64_t(*)[TG_MAX_DIMS])strides);
+        if (!it.len)
+            return out;
+    }
+    if (a->dtype == TG_FLOAT32)
+        BINARY_ALL(float);
+    else
+        BINARY_ALL(double);
+    return out;
+}
+
+static inline double unary_eval(tg__unary_kind kind, double x, double arg)
+{
+    switch (kind) {
+    case TG_UN_NEG: return -x;
+    case TG_UN_EXP: return exp(x);
+    case TG_UN_LOG: return log(x);
+    case TG_UN_SQRT: return sqrt(x);
+    case TG_UN_TANH: return tanh(x);
+    case TG_UN_SIGMOID: return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
+    case TG_UN_RELU: return x > 0 ? x : 0.0;
+    case TG_UN_GELU_ERF: return 0.5 * x * (1.0 + erf(x * M_SQRT1_2));
+    case TG_UN_GELU_TANH: return gelu_tanh(x);
+    case TG_UN_ADD_SCALAR: return x + arg;
+    case TG_UN_MUL_SCALAR: return x * arg;
+    case TG_UN_POW_SCALAR: return pow(x, arg);
+    }
+    return NAN;
+}
+
+/* float32 math runs in double and rounds once: exact enough for the
+ * gradient checker's float32 cross-check, and rarely the bottleneck. */
+#define UNARY_ALL(T)                                                          \
+    do {                                                                      \
+        T *o = tg__ptr(out);                                                  \
+        const T *px = tg__ptr(x);                                             \
+        if (flat) {                                                           \
+            _Pragma("omp parallel for if (n > 32768) schedule(static)")       \
+            for (int64_t i = 0; i < n; i++)                                   \
+                o[i] = (T)unary_eval(kind, px[i], arg);                       \
+        } else {                                                              \
+            do {                                                              \
+                T *oo = o + it.off[0];                                        \
+                const T *xx = px + it.off[1];                                 \
+                for (int64_t j = 0; j < it.len; j++)                          \
+                    oo[j] = (T)unary_eval(kind, xx[j * it.inner[1]], arg);    \
+            } while (tg__iter_next(&it));                                     \
+        }                                                                     \
+    } while (0)
+
+tg_tensor *tg__unary(const tg_tensor *x, tg__unary_kind kind, double arg)
+{
+    tg_tensor *out = tg__empty_like(x);
+    if (!out)
+        return NULL;
+    int64_t n = tg__numel(x->ndim, x->shape);
+    bool flat = tg_is_contiguous(x);
+    tg__iter it = {0};
+    if (!flat) {
+        int64_t strides[2][TG_MAX_DIMS];
+        memcpy(strides[0], out->stride, sizeof strides[0]);
+        memcpy(strides[1], x->stride, sizeof strides[1]);
+        tg__iter_init(&it, x->ndim, x->shape, 2, (const int64_t(*)[TG_MAX_DIMS])strides);
+        if (!it.len)
+            return out;
+    }
+    if (x->dtype == TG_FLOAT32)
+        UNARY_ALL(float);
+    else
+        UNARY_ALL(double);
+    return out;
+}

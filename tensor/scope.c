@@ -1,0 +1,76 @@
+/* Scopes: a per-thread stack of the references that public functions
+ * returned while a scope was open, released when that scope ends. */
+#include "internal.h"
+
+#include <stdlib.h>
+
+typedef struct {
+    tg_tensor **items;
+    int64_t count, capacity;
+    int64_t starts[256]; /* where each open scope's records begin */
+    int depth;
+} scope_stack;
+
+static _Thread_local scope_stack stack;
+
+void tg_scope_begin(void)
+{
+    if (stack.depth == (int)(sizeof stack.starts / sizeof stack.starts[0])) {
+        tg__fail(TG_ERR_STATE, "tg_scope_begin: more than %d nested scopes", stack.depth);
+        stack.depth++; /* keep begin/end balanced; this level records nothing */
+        return;
+    }
+    stack.starts[stack.depth++] = stack.count;
+}
+
+int tg_scope_depth(void) { return stack.depth; }
+
+static int pop_scope(const char *fn)
+{
+    if (stack.depth == 0) {
+        tg__fail(TG_ERR_STATE, "%s: no scope is open", fn);
+        return -1;
+    }
+    int level = --stack.depth;
+    if (level >= (int)(sizeof stack.starts / sizeof stack.starts[0]))
+        return 0;
+    int64_t start = stack.starts[level];
+    while (stack.count > start)
+        tg_release(stack.items[--stack.count]);
+    if (stack.depth == 0) {
+        free(stack.items);
+        stack.items = NULL;
+        stack.capacity = 0;
+    }
+    return 0;
+}
+
+int tg_scope_end(void) { return pop_scope(__func__); }
+
+tg_tensor *tg_scope_end_keep(tg_tensor *t)
+{
+    tg_retain(t);
+    if (pop_scope(__func__) < 0) {
+        tg_release(t);
+        return NULL;
+    }
+    return tg__ret(t);
+}
+
+tg_tensor *tg__ret(tg_tensor *t)
+{
+    if (!t || stack.depth == 0)
+        return t;
+    if (stack.count == stack.capacity) {
+        int64_t cap = stack.capacity ? 2 * stack.capacity : 256;
+        tg_tensor **items = realloc(stack.items, (size_t)cap * sizeof *items);
+        if (!items) {
+            tg_release(t);
+            return tg__fail(TG_ERR_NOMEM, "tensorgrad: out of memory recording a scope");
+        }
+        stack.items = items;
+        stack.capacity = cap;
+    }
+    stack.items[stack.count++] = t;
+    return t;
+}

@@ -1,0 +1,178 @@
+/* tensorgrad tensors: the data type every other part builds on.
+ * A tensor is a reference-counted view (sizes, strides, offset) over a
+ * reference-counted storage, so views share memory and copy nothing.
+ *
+ * Ownership, in one sentence: every function that returns a tensor returns
+ * a new reference, arguments are borrowed, and tg_release(NULL) does nothing.
+ * Inside a scope (see autograd.h) the scope holds those references for you.
+ *
+ * Errors: no function here exits, aborts or crashes on bad input. A failing
+ * call returns NULL (or a negative status) and records a thread-local code
+ * and a message that names the function and the values involved, e.g.
+ *   tg_matmul: inner dimensions differ: [2,3] @ [4,5]
+ * A call given a NULL tensor returns NULL and keeps the first error, so a
+ * chain of calls needs one check at its end.
+ */
+#ifndef TG_TENSOR_H
+#define TG_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TG_MAX_DIMS 8
+
+typedef struct tg_tensor tg_tensor;
+
+typedef enum {
+    TG_FLOAT32,
+    TG_FLOAT64,
+    TG_INT64, /* indices: embedding rows, class targets */
+    TG_BOOL,  /* masks: true means "masked" */
+} tg_dtype;
+
+/* ---- errors ------------------------------------------------------------ */
+
+typedef enum {
+    TG_OK = 0,
+    TG_ERR_NULL,     /* a required argument was NULL */
+    TG_ERR_SHAPE,    /* shapes do not fit together */
+    TG_ERR_DIM,      /* a dimension index is out of range */
+    TG_ERR_DTYPE,    /* a dtype the function does not take */
+    TG_ERR_INDEX,    /* an index value out of range */
+    TG_ERR_VALUE,    /* an argument value out of its domain */
+    TG_ERR_STATE,    /* misuse of the autograd graph or of an object */
+    TG_ERR_NOMEM,    /* an allocation failed or a size overflowed */
+    TG_ERR_IO,       /* reading or writing a file failed */
+} tg_error;
+
+/* The code and message of the first error recorded on this thread since the
+ * last tg_error_clear(). The message is "" when there is none; the pointer
+ * stays valid until the next error or clear on this thread. */
+tg_error tg_error_code(void);
+const char *tg_error_message(void);
+void tg_error_clear(void);
+const char *tg_error_name(tg_error code);
+
+/* Called on every recorded error (the first of a chain and later ones),
+ * for example to break in a debugger or abort during development.
+ * NULL removes the handler. The handler is process-wide. */
+typedef void (*tg_error_handler)(tg_error code, const char *message, void *user);
+void tg_set_error_handler(tg_error_handler handler, void *user);
+
+/* ---- lifetime ---------------------------------------------------------- */
+
+/* Adds a reference and returns t (NULL stays NULL). */
+tg_tensor *tg_retain(const tg_tensor *t);
+/* Drops a reference; the last one frees the tensor. NULL does nothing. */
+void tg_release(tg_tensor *t);
+/* Tensors alive in the process: tests assert it returns to its old value. */
+int64_t tg_live_tensors(void);
+
+/* ---- scopes -------------------------------------------------------------- */
+/* Model code builds a forward pass one op per line without releasing each
+ * intermediate: between tg_scope_begin() and tg_scope_end() every tensor a
+ * function returns is also recorded in the scope, and the scope releases that
+ * reference when it ends. So inside a scope you release nothing you did not
+ * tg_retain yourself. Scopes nest and are per thread.
+ *
+ *   tg_scope_begin();
+ *   tg_tensor *h = tg_relu(tg_matmul(x, w));   // no releases needed
+ *   tg_tensor *y = tg_scope_end_keep(h);      // y outlives the scope
+ *
+ * tg_scope_end_keep(t) ends the scope but hands t's reference to the
+ * enclosing scope, or to the caller when there is none. tg_retain(t) inside a
+ * scope gives you a reference of your own that you must release. */
+void tg_scope_begin(void);
+/* Ends the innermost scope; -1 with TG_ERR_STATE when none is open. */
+int tg_scope_end(void);
+tg_tensor *tg_scope_end_keep(tg_tensor *t);
+/* Scopes open on this thread. */
+int tg_scope_depth(void);
+
+/* ---- creation ---------------------------------------------------------- */
+/* shape has ndim entries, 0 <= ndim <= TG_MAX_DIMS, each >= 0. */
+
+tg_tensor *tg_zeros(tg_dtype dtype, int ndim, const int64_t *shape);
+tg_tensor *tg_ones(tg_dtype dtype, int ndim, const int64_t *shape);
+tg_tensor *tg_full(tg_dtype dtype, int ndim, const int64_t *shape, double value);
+/* [start, start+step, ...) up to but excluding end: a 1-D tensor. */
+tg_tensor *tg_arange(tg_dtype dtype, double start, double end, double step);
+/* Copies numel(shape) elements from data, which holds values of `dtype`
+ * (float, double, int64_t or bool) in row-major order. */
+tg_tensor *tg_from_data(tg_dtype dtype, int ndim, const int64_t *shape, const void *data);
+/* A 0-dim tensor holding value. */
+tg_tensor *tg_scalar(tg_dtype dtype, double value);
+/* The causal mask for n positions: bool [n, n], true above the diagonal
+ * (a query may not look at later keys). */
+tg_tensor *tg_causal_mask(int64_t n);
+
+/* ---- random numbers ----------------------------------------------------- */
+/* A seeded generator (xoshiro256**): the same seed gives the same numbers on
+ * every machine and at every thread count. Not shared between threads. */
+
+typedef struct tg_rng tg_rng;
+tg_rng *tg_rng_new(uint64_t seed);
+void tg_rng_free(tg_rng *rng);
+void tg_rng_seed(tg_rng *rng, uint64_t seed);
+uint64_t tg_rng_next(tg_rng *rng);      /* 64 random bits */
+double tg_rng_uniform01(tg_rng *rng);    /* in [0, 1) */
+double tg_rng_normal(tg_rng *rng);       /* standard normal */
+/* The generator's whole state, to save and restore a run bit for bit. */
+void tg_rng_get_state(const tg_rng *rng, uint64_t state[4]);
+void tg_rng_set_state(tg_rng *rng, const uint64_t state[4]);
+
+/* Uniform in [low, high), and normal with mean and std: float dtypes. */
+tg_tensor *tg_uniform(tg_rng *rng, tg_dtype dtype, int ndim, const int64_t *shape,
+                      double low, double high);
+tg_tensor *tg_rand(tg_rng *rng, tg_dtype dtype, int ndim, const int64_t *shape);
+tg_tensor *tg_randn(tg_rng *rng, tg_dtype dtype, int ndim, const int64_t *shape);
+
+/* ---- accessors ---------------------------------------------------------- */
+/* Given NULL these return 0, -1 or NULL and record TG_ERR_NULL. */
+
+int tg_ndim(const tg_tensor *t);
+/* Size of dim d; negative d counts from the end. -1 on error. */
+int64_t tg_size(const tg_tensor *t, int d);
+/* Pointer to the t's ndim sizes (valid while t lives). */
+const int64_t *tg_shape(const tg_tensor *t);
+const int64_t *tg_strides(const tg_tensor *t);
+int64_t tg_numel(const tg_tensor *t);
+tg_dtype tg_dtype_of(const tg_tensor *t);
+const char *tg_dtype_name(tg_dtype dtype);
+size_t tg_dtype_size(tg_dtype dtype);
+bool tg_is_contiguous(const tg_tensor *t);
+/* The value of a one-element tensor, as a double. NAN and an error if t
+ * does not hold exactly one element. */
+double tg_item(const tg_tensor *t);
+/* Element at a multi-index (ndim entries), as a double; NAN on error. */
+double tg_get(const tg_tensor *t, const int64_t *index);
+/* Pointer to t's first element. Only for contiguous tensors (check
+ * tg_is_contiguous, or call tg_contiguous first); NULL otherwise. Writing
+ * through it changes every view of the same storage. */
+void *tg_data(const tg_tensor *t);
+/* Copies t's elements, in row-major order, into out as `dtype`; returns 0,
+ * or -1 if the buffer (capacity elements) is too small. */
+int tg_copy_to(const tg_tensor *t, tg_dtype dtype, void *out, int64_t capacity);
+/* True when a and b share storage. */
+bool tg_shares_storage(const tg_tensor *a, const tg_tensor *b);
+
+/* ---- printing ---------------------------------------------------------- */
+
+/* Writes t like PyTorch's repr: tensor([[...]]) with dtype, eliding the
+ * middle of large dims with "...". Returns 0, or -1 on error. */
+int tg_print_to(FILE *f, const tg_tensor *t);
+int tg_print(const tg_tensor *t);
+/* The same text into buf (always terminated); returns the length the full
+ * text needs, like snprintf, or -1 on error. */
+int tg_format(char *buf, size_t size, const tg_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

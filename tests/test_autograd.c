@@ -1,0 +1,323 @@
+/* The graph engine: accumulation into leaves, broadcasting and views in
+ * backward, freeing the graph, grad mode, scopes, and the error rules. */
+#include "testutil.h"
+
+START_TEST(backward_fills_leaf_gradients)
+{
+    tg_tensor *a = T64(SHAPE(3), 1, 1.0, 2.0, 3.0);
+    tg_tensor *b = T64(SHAPE(3), 1, 4.0, 5.0, 6.0);
+    tg_set_requires_grad(a, true);
+    tg_set_requires_grad(b, true);
+    tg_scope_begin();
+    tg_tensor *loss = tg_sum(tg_mul(a, b), NULL, 0, false);
+    ck_assert_values(loss, 1e-12, 32.0);
+    ck_assert_int_eq(tg_backward(loss, NULL), 0);
+    ck_assert_values(tg_grad(a), 1e-12, 4.0, 5.0, 6.0);
+    ck_assert_values(tg_grad(b), 1e-12, 1.0, 2.0, 3.0);
+    tg_scope_end();
+    tg_release(a);
+    tg_release(b);
+}
+END_TEST
+
+START_TEST(gradients_accumulate_until_zeroed)
+{
+    tg_tensor *a = T64(SHAPE(2), 1, 1.0, 2.0);
+    tg_set_requires_grad(a, true);
+    tg_scope_begin();
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(tg_backward(tg_sum(tg_mul_scalar(a, 2.0), NULL, 0, false), NULL), 0);
+    ck_assert_values(tg_grad(a), 1e-12, 6.0, 6.0);
+    tg_zero_grad(a);
+    ck_assert_ptr_null(tg_grad(a));
+    ck_assert_int_eq(tg_error_code(), TG_OK);
+    tg_scope_end();
+    tg_release(a);
+}
+END_TEST
+
+START_TEST(a_tensor_used_twice_gets_both_gradients)
+{
+    tg_tensor *a = T64(SHAPE(2), 1, 3.0, -1.0);
+    tg_set_requires_grad(a, true);
+    tg_scope_begin();
+    tg_tensor *y = tg_add(tg_mul(a, a), a); /* dy/da = 2a + 1 */
+    tg_backward(tg_sum(y, NULL, 0, false), NULL);
+    ck_assert_values(tg_grad(a), 1e-12, 7.0, -1.0);
+    tg_scope_end();
+    tg_release(a);
+}
+END_TEST
+
+START_TEST(broadcast_gradient_is_summed_to_the_operand_shape)
+{
+    tg_tensor *a = T64(SHAPE(2, 1), 2, 1.0, 2.0);
+    tg_tensor *b = T64(SHAPE(3), 1, 1.0, 2.0, 3.0);
+    tg_set_requires_grad(a, true);
+    tg_set_requires_grad(b, true);
+    tg_scope_begin();
+    tg_tensor *y = tg_mul(a, b); /* [2,3] */
+    ck_assert_shape(y, 2, 3);
+    tg_backward(tg_sum(y, NULL, 0, false), NULL);
+    ck_assert_shape(tg_grad(a), 2, 1);
+    ck_assert_values(tg_grad(a), 1e-12, 6.0, 6.0);
+    ck_assert_values(tg_grad(b), 1e-12, 3.0, 3.0, 3.0);
+    tg_scope_end();
+    tg_release(a);
+    tg_release(b);
+}
+END_TEST
+
+START_TEST(transposed_view_gradient_lands_in_the_base)
+{
+    tg_tensor *a = T64(SHAPE(2, 3), 2, 1, 2, 3, 4, 5, 6);
+    tg_tensor *w = T64(SHAPE(3, 2), 2, 1, 10, 100, 1000, 1e4, 1e5);
+    tg_set_requires_grad(a, true);
+    tg_scope_begin();
+    tg_backward(tg_sum(tg_mul(tg_transpose(a, 0, 1), w), NULL, 0, false), NULL);
+    /* grad a[i][j] = w[j][i] */
+    ck_assert_values(tg_grad(a), 1e-12, 1, 100, 1e4, 10, 1000, 1e5);
+    tg_scope_end();
+    tg_release(a);
+    tg_release(w);
+}
+END_TEST
+
+START_TEST(second_backward_through_a_freed_graph_is_an_error)
+{
+    tg_tensor *a = T64(SHAPE(1), 1, 2.0);
+    tg_set_requires_grad(a, true);
+    tg_tensor *loss = tg_exp(a);
+    ck_assert_int_eq(tg_backward(loss, NULL), 0);
+    ck_assert_int_eq(tg_backward(loss, NULL), -1);
+    ck_assert_error(TG_ERR_STATE, "tg_backward", "freed", "exp");
+    tg_release(loss);
+    tg_release(a);
+}
+END_TEST
+
+START_TEST(backward_on_a_non_scalar_needs_an_upstream_gradient)
+{
+    tg_tensor *a = T64(SHAPE(2), 1, 1.0, 2.0);
+    tg_set_requires_grad(a, true);
+    tg_scope_begin();
+    tg_tensor *y = tg_mul_scalar(a, 3.0);
+    ck_assert_int_eq(tg_backward(y, NULL), -1);
+    ck_assert_error(TG_ERR_SHAPE, "tg_backward", "[2]");
+    tg_tensor *bad = T64(SHAPE(3), 1, 1.0, 1.0, 1.0);
+    ck_assert_int_eq(tg_backward(y, bad), -1);
+    ck_assert_error(TG_ERR_SHAPE, "tg_backward", "[3]", "[2]");
+    ck_assert_int_eq(tg_backward(y, T64(SHAPE(2), 1, 1.0, -1.0)), 0);
+    ck_assert_values(tg_grad(a), 1e-12, 3.0, -3.0);
+    tg_scope_end();
+    tg_release(a);
+}
+END_TEST
+
+START_TEST(backward_without_requires_grad_is_an_error)
+{
+    tg_scope_begin();
+    tg_tensor *y = tg_sum(T64(SHAPE(2), 1, 1.0, 2.0), NULL, 0, false);
+    ck_assert(!tg_requires_grad(y));
+    ck_assert_int_eq(tg_backward(y, NULL), -1);
+    ck_assert_error(TG_ERR_STATE, "tg_backward", "does not require grad");
+    ck_assert_int_eq(tg_backward(NULL, NULL), -1);
+    ck_assert_error(TG_ERR_NULL, "tg_backward");
+    tg_scope_end();
+}
+END_TEST
+
+START_TEST(no_grad_mode_records_nothing)
+{
+    tg_tensor *a = T64(SHAPE(2), 1, 1.0, 2.0);
+    tg_set_requires_grad(a, true);
+    ck_assert(tg_set_grad_enabled(false));
+    tg_tensor *y = tg_mul(a, a);
+    ck_assert(!tg_requires_grad(y));
+    ck_assert(tg_is_leaf(y));
+    ck_assert(!tg_set_grad_enabled(true));
+    tg_tensor *z = tg_mul(a, a);
+    ck_assert(tg_requires_grad(z));
+    ck_assert(!tg_is_leaf(z));
+    tg_release(y);
+    tg_release(z);
+    tg_release(a);
+}
+END_TEST
+
+START_TEST(detach_shares_storage_without_the_graph)
+{
+    tg_tensor *a = T64(SHAPE(2), 1, 1.0, 2.0);
+    tg_set_requires_grad(a, true);
+    tg_scope_begin();
+    tg_tensor *y = tg_exp(a);
+    tg_tensor *d = tg_detach(y);
+    ck_assert(tg_shares_storage(d, y));
+    ck_assert(tg_is_leaf(d));
+    ck_assert(!tg_requires_grad(d));
+    tg_scope_end();
+    tg_release(a);
+}
+END_TEST
+
+START_TEST(requires_grad_only_on_float_leaves)
+{
+    tg_tensor *i = tg_zeros(TG_INT64, 1, SHAPE(2));
+    ck_assert_int_eq(tg_set_requires_grad(i, true), -1);
+    ck_assert_error(TG_ERR_DTYPE, "tg_set_requires_grad", "int64");
+    tg_tensor *a = T64(SHAPE(2), 1, 1.0, 2.0);
+    tg_set_requires_grad(a, true);
+    tg_tensor *y = tg_exp(a);
+    ck_assert_int_eq(tg_set_requires_grad(y, false), -1);
+    ck_assert_error(TG_ERR_STATE, "only leaves", "exp");
+    tg_release(y);
+    tg_release(a);
+    tg_release(i);
+}
+END_TEST
+
+START_TEST(a_null_input_fails_the_chain_once)
+{
+    tg_tensor *a = T64(SHAPE(2, 3), 2, 1, 2, 3, 4, 5, 6);
+    tg_tensor *b = T64(SHAPE(4), 1, 1, 2, 3, 4);
+    tg_scope_begin();
+    tg_tensor *y = tg_exp(tg_relu(tg_add(a, b)));
+    ck_assert_ptr_null(y);
+    /* The first error, from tg_add, survives the NULLs that follow it. */
+    ck_assert_error(TG_ERR_SHAPE, "tg_add", "[2,3]", "[4]");
+    tg_scope_end();
+    tg_release(a);
+    tg_release(b);
+}
+END_TEST
+
+static int handler_calls;
+static void count_errors(tg_error code, const char *message, void *user)
+{
+    (void)code;
+    (void)message;
+    *(int *)user += 1;
+}
+
+START_TEST(error_handler_sees_every_error)
+{
+    handler_calls = 0;
+    tg_set_error_handler(count_errors, &handler_calls);
+    ck_assert_ptr_null(tg_exp(NULL));
+    ck_assert_ptr_null(tg_zeros(TG_FLOAT32, 1, SHAPE(-1)));
+    tg_set_error_handler(NULL, NULL);
+    ck_assert_int_eq(handler_calls, 2);
+    ck_assert_error(TG_ERR_NULL, "tg_exp");
+}
+END_TEST
+
+START_TEST(dtypes_of_a_binary_op_must_match)
+{
+    tg_tensor *a = tg_ones(TG_FLOAT32, 1, SHAPE(2));
+    tg_tensor *b = tg_ones(TG_FLOAT64, 1, SHAPE(2));
+    ck_assert_ptr_null(tg_add(a, b));
+    ck_assert_error(TG_ERR_DTYPE, "tg_add", "float32", "float64");
+    tg_tensor *i = tg_ones(TG_INT64, 1, SHAPE(2));
+    ck_assert_ptr_null(tg_exp(i));
+    ck_assert_error(TG_ERR_DTYPE, "tg_exp", "int64");
+    tg_release(a);
+    tg_release(b);
+    tg_release(i);
+}
+END_TEST
+
+START_TEST(scope_end_keep_hands_the_result_out)
+{
+    int64_t before = tg_live_tensors();
+    tg_tensor *x = T64(SHAPE(2), 1, 1.0, 2.0);
+    tg_scope_begin();
+    tg_tensor *y = tg_exp(tg_mul_scalar(tg_add_scalar(x, 1.0), 2.0));
+    tg_tensor *kept = tg_scope_end_keep(y);
+    ck_assert_int_eq(tg_live_tensors(), before + 2);
+    ck_assert_values(kept, 1e-12, exp(4.0), exp(6.0));
+    tg_release(kept);
+    tg_release(x);
+    ck_assert_int_eq(tg_scope_end(), -1);
+    ck_assert_error(TG_ERR_STATE, "tg_scope_end", "no scope");
+}
+END_TEST
+
+START_TEST(graph_is_freed_when_the_loss_is_released)
+{
+    int64_t before = tg_live_tensors();
+    tg_tensor *a = T64(SHAPE(2), 1, 1.0, 2.0);
+    tg_set_requires_grad(a, true);
+    tg_tensor *h = tg_exp(a);
+    tg_tensor *loss = tg_sum(h, NULL, 0, false);
+    tg_release(h); /* the graph still holds h */
+    ck_assert_values(h, 1e-12, exp(1.0), exp(2.0));
+    tg_release(loss);
+    ck_assert_int_eq(tg_live_tensors(), before + 1);
+    tg_release(a);
+}
+END_TEST
+
+START_TEST(max_returns_values_and_first_index)
+{
+    tg_tensor *x = T64(SHAPE(2, 3), 2, 1, 5, 5, -1, -3, -2);
+    tg_tensor *v = NULL, *i = NULL;
+    ck_assert_int_eq(tg_max(x, 1, false, &v, &i), 0);
+    ck_assert_values(v, 0, 5, -1);
+    ck_assert_values(i, 0, 1, 0);
+    ck_assert_int_eq(tg_dtype_of(i), TG_INT64);
+    tg_release(v);
+    tg_release(i);
+    ck_assert_int_eq(tg_max(x, 2, false, &v, &i), -1);
+    ck_assert_error(TG_ERR_DIM, "tg_max", "dim 2");
+    tg_release(x);
+}
+END_TEST
+
+START_TEST(sum_and_mean_over_dims)
+{
+    tg_tensor *x = T64(SHAPE(2, 3), 2, 1, 2, 3, 4, 5, 6);
+    tg_scope_begin();
+    ck_assert_values(tg_sum(x, (int[]){0}, 1, false), 0, 5, 7, 9);
+    ck_assert_shape(tg_sum(x, (int[]){1}, 1, true), 2, 1);
+    ck_assert_values(tg_mean(x, (int[]){-1}, 1, false), 1e-12, 2, 5);
+    ck_assert_values(tg_mean(x, NULL, 0, false), 1e-12, 3.5);
+    ck_assert_ptr_null(tg_sum(x, (int[]){0, 0}, 2, false));
+    ck_assert_error(TG_ERR_DIM, "tg_sum", "twice");
+    ck_assert_ptr_null(tg_sum(x, (int[]){3}, 1, false));
+    ck_assert_error(TG_ERR_DIM, "tg_sum", "dim 3");
+    tg_scope_end();
+    tg_release(x);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("autograd");
+    TCase *tc = tcase_checked("engine");
+    tcase_add_test(tc, backward_fills_leaf_gradients);
+    tcase_add_test(tc, gradients_accumulate_until_zeroed);
+    tcase_add_test(tc, a_tensor_used_twice_gets_both_gradients);
+    tcase_add_test(tc, broadcast_gradient_is_summed_to_the_operand_shape);
+    tcase_add_test(tc, transposed_view_gradient_lands_in_the_base);
+    tcase_add_test(tc, second_backward_through_a_freed_graph_is_an_error);
+    tcase_add_test(tc, backward_on_a_non_scalar_needs_an_upstream_gradient);
+    tcase_add_test(tc, backward_without_requires_grad_is_an_error);
+    tcase_add_test(tc, no_grad_mode_records_nothing);
+    tcase_add_test(tc, detach_shares_storage_without_the_graph);
+    tcase_add_test(tc, requires_grad_only_on_float_leaves);
+    tcase_add_test(tc, graph_is_freed_when_the_loss_is_released);
+    suite_add_tcase(s, tc);
+    TCase *errors = tcase_checked("errors");
+    tcase_add_test(errors, a_null_input_fails_the_chain_once);
+    tcase_add_test(errors, error_handler_sees_every_error);
+    tcase_add_test(errors, dtypes_of_a_binary_op_must_match);
+    suite_add_tcase(s, errors);
+    TCase *scopes = tcase_checked("scopes");
+    tcase_add_test(scopes, scope_end_keep_hands_the_result_out);
+    suite_add_tcase(s, scopes);
+    TCase *reduce = tcase_checked("reductions");
+    tcase_add_test(reduce, max_returns_values_and_first_index);
+    tcase_add_test(reduce, sum_and_mean_over_dims);
+    suite_add_tcase(s, reduce);
+    return run_suite(s);
+}

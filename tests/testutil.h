@@ -1,0 +1,102 @@
+/* Shared by the test programs: a fixture that asserts no tensor outlives a
+ * test, comparisons that print both sides, and tensor builders. */
+#ifndef TG_TESTUTIL_H
+#define TG_TESTUTIL_H
+
+#include <check.h>
+#include <math.h>
+#include <string.h>
+
+#include "tensorgrad.h"
+
+/* Every test starts and ends with the same number of live tensors and no
+ * error left behind unchecked. */
+static int64_t live_at_start;
+
+static void leak_setup(void)
+{
+    tg_error_clear();
+    live_at_start = tg_live_tensors();
+}
+
+static void leak_teardown(void)
+{
+    ck_assert_int_eq(tg_scope_depth(), 0);
+    ck_assert_msg(tg_live_tensors() == live_at_start, "%lld tensors leaked",
+                  (long long)(tg_live_tensors() - live_at_start));
+}
+
+/* A test case with the leak fixture attached. */
+static inline TCase *tcase_checked(const char *name)
+{
+    TCase *tc = tcase_create(name);
+    tcase_add_checked_fixture(tc, leak_setup, leak_teardown);
+    return tc;
+}
+
+/* Runs a suite and returns the process exit status. */
+static inline int run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
+
+/* Shapes as literals: SHAPE(2, 3) */
+#define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
+#define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+
+/* A float64 tensor from a literal list: T64(SHAPE(2,2), 2, 1.0, 2.0, 3.0, 4.0) */
+#define T64(shape, ndim, ...) tg_from_data(TG_FLOAT64, ndim, shape, (const double[]){__VA_ARGS__})
+#define T32(shape, ndim, ...) tg_from_data(TG_FLOAT32, ndim, shape, (const float[]){__VA_ARGS__})
+
+/* Asserts that t has the given shape. */
+#define ck_assert_shape(t, ...)                                                      \
+    do {                                                                             \
+        const int64_t want_[] = {__VA_ARGS__};                                       \
+        int nd_ = (int)(sizeof want_ / sizeof want_[0]);                             \
+        ck_assert_ptr_nonnull(t);                                                    \
+        ck_assert_int_eq(tg_ndim(t), nd_);                                           \
+        for (int i_ = 0; i_ < nd_; i_++)                                             \
+            ck_assert_msg(tg_shape(t)[i_] == want_[i_], "dim %d: %lld, expected %lld", \
+                          i_, (long long)tg_shape(t)[i_], (long long)want_[i_]);     \
+    } while (0)
+
+/* Asserts that t (any dtype and layout) holds the n expected values within tol. */
+static inline void assert_values(const tg_tensor *t, const double *want, int64_t n, double tol)
+{
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(tg_numel(t), n);
+    double got[n > 0 ? n : 1];
+    ck_assert_int_eq(tg_copy_to(t, TG_FLOAT64, got, n), 0);
+    for (int64_t i = 0; i < n; i++) {
+        if (isinf(want[i]) || isnan(want[i])) {
+            ck_assert_msg(isinf(want[i]) ? got[i] == want[i] : isnan(got[i]),
+                          "element %lld: %g, expected %g", (long long)i, got[i], want[i]);
+            continue;
+        }
+        ck_assert_msg(fabs(got[i] - want[i]) <= tol * (1 + fabs(want[i])),
+                      "element %lld: %.10g, expected %.10g", (long long)i, got[i], want[i]);
+    }
+}
+#define ck_assert_values(t, tol, ...)                                                 \
+    assert_values(t, (const double[]){__VA_ARGS__},                                   \
+                  (int64_t)(sizeof((double[]){__VA_ARGS__}) / sizeof(double)), tol)
+
+/* Asserts that the last call failed with code and that its message contains
+ * every one of the given fragments. */
+#define ck_assert_error(code, ...)                                                   \
+    do {                                                                             \
+        ck_assert_msg(tg_error_code() == (code), "error %s, expected %s (%s)",       \
+                      tg_error_name(tg_error_code()), tg_error_name(code),           \
+                      tg_error_message());                                           \
+        const char *frags_[] = {__VA_ARGS__};                                        \
+        for (size_t i_ = 0; i_ < sizeof frags_ / sizeof frags_[0]; i_++)             \
+            ck_assert_msg(strstr(tg_error_message(), frags_[i_]),                    \
+                          "message \"%s\" lacks \"%s\"", tg_error_message(), frags_[i_]); \
+        tg_error_clear();                                                            \
+    } while (0)
+
+#endif
