@@ -204,13 +204,16 @@ int tg_gradcheck(tg_gradcheck_fn f, void *ctx, tg_tensor *const *inputs, int n,
         double *p = tg__ptr(x[i]);
         const double *g = tg__ptr(grads[i]);
         for (int64_t j = 0, m = tg__numel(x[i]->ndim, x[i]->shape); j < m; j++) {
+            /* Read each output before the input changes again: f may return
+             * a view of its input. */
             double orig = p[j];
             p[j] = orig + s.eps;
             tg_tensor *yp = call(f, ctx, x, n);
+            double fp = yp ? weighted_sum(yp, w) : NAN;
             p[j] = orig - s.eps;
             tg_tensor *ym = call(f, ctx, x, n);
+            double fm = ym ? weighted_sum(ym, w) : NAN;
             p[j] = orig;
-            double fp = yp ? weighted_sum(yp, w) : NAN, fm = ym ? weighted_sum(ym, w) : NAN;
             tg_release(yp);
             tg_release(ym);
             if (!yp || !ym) {

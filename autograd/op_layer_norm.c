@@ -1,1 +1,213 @@
-/* placeholder: being written */
+/* Layer normalisation over the trailing dims of x, with optional elementwise
+ * weight and bias: a fused forward that saves each row's mean and 1/std, and
+ * the fused backward that reuses them instead of a chain of small ops. */
+#include "graph.h"
+
+#include <string.h>
+
+/* Element i of a contiguous float tensor's data, as a double. */
+static inline double ld(const void *p, tg_dtype dt, int64_t i)
+{
+    return dt == TG_FLOAT32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+}
+
+static inline void st(void *p, tg_dtype dt, int64_t i, double v)
+{
+    if (dt == TG_FLOAT32)
+        ((float *)p)[i] = (float)v;
+    else
+        ((double *)p)[i] = v;
+}
+
+/* weight or bias (named what) must be NULL or x's dtype with the shape of the
+ * trailing norm_ndim dims of x. */
+static int check_affine(const tg_tensor *x, int norm_ndim, const tg_tensor *p,
+                        const char *what)
+{
+    if (!p)
+        return 0;
+    if (tg__check_float("tg_layer_norm", p) < 0)
+        return -1;
+    if (p->dtype != x->dtype) {
+        tg__fail(TG_ERR_DTYPE, "tg_layer_norm: %s is %s but x is %s", what,
+                 tg_dtype_name(p->dtype), tg_dtype_name(x->dtype));
+        return -1;
+    }
+    const int64_t *tail = x->shape + (x->ndim - norm_ndim);
+    if (p->ndim != norm_ndim || memcmp(p->shape, tail, (size_t)norm_ndim * sizeof *tail)) {
+        tg__fail(TG_ERR_SHAPE, "tg_layer_norm: %s has shape %s but the normalised dims of "
+                               "x %s are %s", what, TG_SHAPE_STR(p), TG_SHAPE_STR(x),
+                 tg__shape_str((char[96]){0}, 96, norm_ndim, tail));
+        return -1;
+    }
+    return 0;
+}
+
+static int check_args(const tg_tensor *x, int norm_ndim, const tg_tensor *weight,
+                      const tg_tensor *bias, double eps)
+{
+    if (tg__check_float("tg_layer_norm", x) < 0)
+        return -1;
+    if (norm_ndim < 1 || norm_ndim > x->ndim) {
+        tg__fail(TG_ERR_DIM, "tg_layer_norm: norm_ndim %d is out of range for x %s "
+                             "(expected 1 to %d)", norm_ndim, TG_SHAPE_STR(x), x->ndim);
+        return -1;
+    }
+    if (!(eps > 0) || !isfinite(eps)) {
+        tg__fail(TG_ERR_VALUE, "tg_layer_norm: eps must be positive and finite, got %g", eps);
+        return -1;
+    }
+    if (check_affine(x, norm_ndim, weight, "weight") < 0 ||
+        check_affine(x, norm_ndim, bias, "bias") < 0)
+        return -1;
+    return 0;
+}
+
+/* out, mean, rstd = layer_norm(x) over rows of d elements.
+ * x, out: [rows, d] contiguous, x's dtype; w, b: [d] or NULL;
+ * mean, rstd: [rows] float64, kept for backward. */
+static void layer_norm_forward(void *out, double *mean, double *rstd, const void *x,
+                               const void *w, const void *b, int64_t rows, int64_t d,
+                               double eps, tg_dtype dt)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t base = r * d;
+        /* Welford: one pass, and no cancellation when |mean| >> std */
+        double m = 0, m2 = 0;
+        for (int64_t i = 0; i < d; i++) {
+            double v = ld(x, dt, base + i), delta = v - m;
+            m += delta / (double)(i + 1);
+            m2 += delta * (v - m);
+        }
+        double s = 1.0 / sqrt(m2 / (double)d + eps); /* biased variance, as PyTorch */
+        mean[r] = m;
+        rstd[r] = s;
+        for (int64_t i = 0; i < d; i++) {
+            double y = (ld(x, dt, base + i) - m) * s;
+            if (w)
+                y *= ld(w, dt, i);
+            if (b)
+                y += ld(b, dt, i);
+            st(out, dt, base + i, y);
+        }
+    }
+}
+
+/* dx, dw, db from g and the saved statistics; all [rows, d] or [d] as in the
+ * forward, any of dx, dw, db NULL when not needed. With xhat = (x - mean) * rstd
+ * and dxhat = g * w:
+ *   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+ *   dw = sum_rows g * xhat,  db = sum_rows g
+ * dw_acc and db_acc are [d] float64 scratch, zeroed by the caller. */
+static void layer_norm_backward(void *dx, double *dw_acc, double *db_acc, const void *g,
+                                const void *x, const void *w, const double *mean,
+                                const double *rstd, int64_t rows, int64_t d, tg_dtype dt)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t base = r * d;
+        double m = mean[r], s = rstd[r], sum_dxhat = 0, sum_dxhat_xhat = 0;
+        for (int64_t i = 0; i < d; i++) {
+            double gi = ld(g, dt, base + i), xhat = (ld(x, dt, base + i) - m) * s;
+            double dxhat = w ? gi * ld(w, dt, i) : gi;
+            sum_dxhat += dxhat;
+            sum_dxhat_xhat += dxhat * xhat;
+            if (dw_acc)
+                dw_acc[i] += gi * xhat;
+            if (db_acc)
+                db_acc[i] += gi;
+        }
+        if (!dx)
+            continue;
+        double a = sum_dxhat / (double)d, c = sum_dxhat_xhat / (double)d;
+        for (int64_t i = 0; i < d; i++) {
+            double gi = ld(g, dt, base + i), xhat = (ld(x, dt, base + i) - m) * s;
+            double dxhat = w ? gi * ld(w, dt, i) : gi;
+            st(dx, dt, base + i, s * (dxhat - a - xhat * c));
+        }
+    }
+}
+
+/* rows = product of the leading dims, d = product of the normalised ones. */
+static void row_geometry(const tg_tensor *x, int norm_ndim, int64_t *rows, int64_t *d)
+{
+    *rows = tg__numel(x->ndim - norm_ndim, x->shape);
+    *d = tg__numel(norm_ndim, x->shape + (x->ndim - norm_ndim));
+}
+
+/* A [d] float64 scratch row for a summed parameter gradient, or NULL. */
+static tg_tensor *scratch(bool needed, int64_t d)
+{
+    return needed ? tg__empty(TG_FLOAT64, 1, (int64_t[]){d}) : NULL;
+}
+
+static int layer_norm_grads(tg_node *n, const tg_tensor *g, tg_tensor **grads)
+{
+    const tg_tensor *x = n->inputs[0], *w = n->inputs[1], *b = n->inputs[2];
+    int64_t rows, d;
+    row_geometry(x, (int)n->iargs[0], &rows, &d);
+    tg_tensor *gc = tg__contiguous(g), *xc = tg__contiguous(x);
+    tg_tensor *wc = w ? tg__contiguous(w) : NULL;
+    tg_tensor *dx = n->needs[0] ? tg__empty_like(x) : NULL;
+    tg_tensor *dw = scratch(n->needs[1], d), *db = scratch(n->needs[2], d);
+    int rc = -1;
+    if (gc && xc && (!w || wc) && (!n->needs[0] || dx) && (!n->needs[1] || dw) &&
+        (!n->needs[2] || db)) {
+        layer_norm_backward(dx ? tg__ptr(dx) : NULL, dw ? tg__ptr(dw) : NULL,
+                            db ? tg__ptr(db) : NULL, tg__ptr(gc), tg__ptr(xc),
+                            wc ? tg__ptr(wc) : NULL, tg__ptr(n->saved[0]),
+                            tg__ptr(n->saved[1]), rows, d, x->dtype);
+        rc = 0;
+        grads[0] = dx ? tg__ret(tg_retain(dx)) : NULL;
+        /* the float64 sums, in the parameter's own dtype and shape */
+        if (dw)
+            grads[1] = tg_reshape(tg__ret(tg__convert(dw, w->dtype)), w->ndim, w->shape);
+        if (db)
+            grads[2] = tg_reshape(tg__ret(tg__convert(db, b->dtype)), b->ndim, b->shape);
+    }
+    tg_release(gc);
+    tg_release(xc);
+    tg_release(wc);
+    tg_release(dx);
+    tg_release(dw);
+    tg_release(db);
+    return rc;
+}
+
+tg_tensor *tg_layer_norm(const tg_tensor *x, int norm_ndim, const tg_tensor *weight,
+                         const tg_tensor *bias, double eps)
+{
+    TG_CHECK_NULL(x);
+    if (check_args(x, norm_ndim, weight, bias, eps) < 0)
+        return NULL;
+    int64_t rows, d;
+    row_geometry(x, norm_ndim, &rows, &d);
+    tg_tensor *xc = tg__contiguous(x);
+    tg_tensor *wc = weight ? tg__contiguous(weight) : NULL;
+    tg_tensor *bc = bias ? tg__contiguous(bias) : NULL;
+    tg_tensor *out = tg__empty_like(x);
+    tg_tensor *mean = tg__empty(TG_FLOAT64, 1, (int64_t[]){rows});
+    tg_tensor *rstd = tg__empty(TG_FLOAT64, 1, (int64_t[]){rows});
+    bool ok = xc && (!weight || wc) && (!bias || bc) && out && mean && rstd;
+    if (ok && d > 0)
+        layer_norm_forward(tg__ptr(out), tg__ptr(mean), tg__ptr(rstd), tg__ptr(xc),
+                           wc ? tg__ptr(wc) : NULL, bc ? tg__ptr(bc) : NULL, rows, d, eps,
+                           x->dtype);
+    tg_release(xc);
+    tg_release(wc);
+    tg_release(bc);
+    if (!ok) {
+        tg_release(out);
+        out = NULL;
+    }
+    tg_node *node;
+    out = tg__finish(out, TG_OP_LAYER_NORM, layer_norm_grads, 3,
+                     (const tg_tensor *[]){x, weight, bias}, &node);
+    if (node) {
+        node->iargs[0] = norm_ndim;
+        tg__save(node, 0, mean);
+        tg__save(node, 1, rstd);
+    }
+    tg_release(mean);
+    tg_release(rstd);
+    return out;
+}

@@ -1,1 +1,136 @@
-/* placeholder: being written */
+/* The ops that hide elements: masked_fill (attention masks, -inf before a
+ * softmax) and inverted dropout. Both pass the gradient through where an
+ * element is kept and stop it where it is hidden. */
+#include "graph.h"
+#include "kernels.h"
+
+#include <string.h>
+
+/* ---- masked_fill ------------------------------------------------------------- */
+
+/* A contiguous copy of src with value wherever mask (bool, broadcast to
+ * src's shape) is true. New tensor. */
+static tg_tensor *fill_where(const tg_tensor *src, const tg_tensor *mask, double value)
+{
+    tg_tensor *out = tg__empty_like(src);
+    if (!out)
+        return NULL;
+    int64_t strides[3][TG_MAX_DIMS];
+    memcpy(strides[0], out->stride, sizeof strides[0]);
+    memcpy(strides[1], src->stride, sizeof strides[1]);
+    tg__broadcast_strides(mask, src->ndim, src->shape, strides[2]);
+    tg__iter it;
+    tg__iter_init(&it, src->ndim, src->shape, 3, (const int64_t(*)[TG_MAX_DIMS])strides);
+    if (!it.len)
+        return out;
+    const bool *m = tg__ptr(mask);
+    do {
+        const bool *mr = m + it.off[2];
+        if (src->dtype == TG_FLOAT32) {
+            float *o = (float *)tg__ptr(out) + it.off[0];
+            const float *s = (const float *)tg__ptr(src) + it.off[1];
+            for (int64_t j = 0; j < it.len; j++)
+                o[j * it.inner[0]] = mr[j * it.inner[2]] ? (float)value : s[j * it.inner[1]];
+        } else {
+            double *o = (double *)tg__ptr(out) + it.off[0];
+            const double *s = (const double *)tg__ptr(src) + it.off[1];
+            for (int64_t j = 0; j < it.len; j++)
+                o[j * it.inner[0]] = mr[j * it.inner[2]] ? value : s[j * it.inner[1]];
+        }
+    } while (tg__iter_next(&it));
+    return out;
+}
+
+/* g with the masked positions set to exactly 0 (saved[0]: the mask). */
+static int masked_fill_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
+{
+    tg_tensor *dx = fill_where(g, n->saved[0], 0.0);
+    if (!dx)
+        return -1;
+    grads[0] = tg__ret(dx);
+    return 0;
+}
+
+tg_tensor *tg_masked_fill(const tg_tensor *x, const tg_tensor *mask, double value)
+{
+    TG_CHECK_NULL(x);
+    TG_CHECK_NULL(mask);
+    if (tg__check_float(__func__, x) < 0)
+        return NULL;
+    if (mask->dtype != TG_BOOL)
+        return tg__fail(TG_ERR_DTYPE, "tg_masked_fill: mask must be bool, got %s",
+                        tg_dtype_name(mask->dtype));
+    int ndim;
+    int64_t shape[TG_MAX_DIMS];
+    if (tg__broadcast_shape(__func__, x, mask, &ndim, shape) < 0)
+        return NULL;
+    if (ndim != x->ndim || memcmp(shape, x->shape, (size_t)ndim * sizeof *shape))
+        return tg__fail(TG_ERR_SHAPE,
+                        "tg_masked_fill: mask %s does not broadcast to x's shape %s "
+                        "(it would make %s)",
+                        TG_SHAPE_STR(mask), TG_SHAPE_STR(x),
+                        tg__shape_str((char[96]){0}, 96, ndim, shape));
+    tg_node *node;
+    tg_tensor *out = tg__finish(fill_where(x, mask, value), TG_OP_MASKED_FILL,
+                                masked_fill_backward, 1, (const tg_tensor *[]){x}, &node);
+    /* The mask is kept as it is (a view, if it was one): backward reads it
+     * through the same broadcast strides. */
+    tg__save(node, 0, (tg_tensor *)mask);
+    return out;
+}
+
+/* ---- dropout ----------------------------------------------------------------- */
+
+/* The upstream gradient times the saved scale (saved[0]: 0 where an element
+ * was dropped, 1/(1-p) where it was kept, x's shape and dtype). */
+static int dropout_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
+{
+    grads[0] = n->saved[0] ? tg_mul(g, n->saved[0]) : tg__ret(tg_retain(g));
+    return grads[0] ? 0 : -1;
+}
+
+/* One draw per element in row-major order, so a seed fixes the mask
+ * whatever x's layout. New contiguous tensor of x's shape and dtype. */
+static tg_tensor *draw_scale(const tg_tensor *x, double p, tg_rng *rng)
+{
+    tg_tensor *scale = tg__empty_like(x);
+    if (!scale)
+        return NULL;
+    double keep = 1.0 / (1.0 - p);
+    int64_t n = tg__numel(x->ndim, x->shape);
+    for (int64_t i = 0; i < n; i++) {
+        double v = tg_rng_uniform01(rng) < p ? 0.0 : keep;
+        if (x->dtype == TG_FLOAT32)
+            ((float *)tg__ptr(scale))[i] = (float)v;
+        else
+            ((double *)tg__ptr(scale))[i] = v;
+    }
+    return scale;
+}
+
+tg_tensor *tg_dropout(const tg_tensor *x, double p, bool train, tg_rng *rng)
+{
+    TG_CHECK_NULL(x);
+    if (tg__check_float(__func__, x) < 0)
+        return NULL;
+    if (!(p >= 0.0 && p < 1.0)) /* also rejects NaN */
+        return tg__fail(TG_ERR_VALUE, "tg_dropout: p = %g is outside [0, 1)", p);
+    tg_node *node;
+    if (!train || p == 0.0) {
+        /* Identity: an alias of x whose gradient passes through unchanged
+         * (saved[0] stays NULL). */
+        return tg__finish(tg__alias(x), TG_OP_DROPOUT, dropout_backward, 1,
+                          (const tg_tensor *[]){x}, &node);
+    }
+    if (!rng)
+        return tg__fail(TG_ERR_NULL, "tg_dropout: rng is NULL, but training with p = %g "
+                                     "needs one to draw the mask", p);
+    tg_tensor *scale = draw_scale(x, p, rng);
+    if (!scale)
+        return NULL;
+    tg_tensor *out = tg__finish(tg__binary(x, scale, TG_BIN_MUL), TG_OP_DROPOUT,
+                                dropout_backward, 1, (const tg_tensor *[]){x}, &node);
+    tg__save(node, 0, scale);
+    tg_release(scale);
+    return out;
+}
