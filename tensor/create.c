@@ -128,6 +128,8 @@ static tg_tensor *draw(const char *fn, tg_rng *rng, tg_dtype dtype, int ndim,
                         tg_dtype_name(dtype));
     if (!isfinite(a) || !isfinite(b))
         return tg__fail(TG_ERR_VALUE, "%s: parameters %g and %g must be finite", fn, a, b);
+    if (tg__check_shape(fn, ndim, shape) < 0)
+        return NULL;
     tg_tensor *t = tg__empty(dtype, ndim, shape);
     if (!t)
         return NULL;

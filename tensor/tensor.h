@@ -164,12 +164,14 @@ bool tg_shares_storage(const tg_tensor *a, const tg_tensor *b);
 
 /* ---- printing ---------------------------------------------------------- */
 
-/* Writes t like PyTorch's repr: tensor([[...]]) with dtype, eliding the
- * middle of large dims with "...". Returns 0, or -1 on error. */
+/* Writes t like PyTorch's print(t): tensor([[...]]) with the dtype when it
+ * is not float32 or int64, requires_grad=True on a leaf that requires grad,
+ * the middle of large dims elided with "...", and a final newline.
+ * Returns 0, or -1 on error. */
 int tg_print_to(FILE *f, const tg_tensor *t);
 int tg_print(const tg_tensor *t);
-/* The same text into buf (always terminated); returns the length the full
- * text needs, like snprintf, or -1 on error. */
+/* The same text without the newline into buf (always terminated); returns
+ * the length the full text needs, like snprintf, or -1 on error. */
 int tg_format(char *buf, size_t size, const tg_tensor *t);
 
 #ifdef __cplusplus

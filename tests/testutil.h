@@ -5,6 +5,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tensorgrad.h"
@@ -98,5 +99,43 @@ static inline void assert_values(const tg_tensor *t, const double *want, int64_t
                           "message \"%s\" lacks \"%s\"", tg_error_message(), frags_[i_]); \
         tg_error_clear();                                                            \
     } while (0)
+
+/* Tensors built value by value through tg_data, for tests of any dtype. */
+static inline int64_t shape_numel(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= shape[i];
+    return n;
+}
+
+/* A tensor of any dtype from double values, written through tg_data. */
+static inline tg_tensor *make(tg_dtype dtype, int ndim, const int64_t *shape, const double *vals)
+{
+    tg_tensor *t = tg_zeros(dtype, ndim, shape);
+    ck_assert_ptr_nonnull(t);
+    void *p = tg_data(t);
+    for (int64_t i = 0; i < shape_numel(ndim, shape); i++) {
+        switch (dtype) {
+        case TG_FLOAT32: ((float *)p)[i] = (float)vals[i]; break;
+        case TG_FLOAT64: ((double *)p)[i] = vals[i]; break;
+        case TG_INT64: ((int64_t *)p)[i] = (int64_t)vals[i]; break;
+        case TG_BOOL: ((bool *)p)[i] = vals[i] != 0; break;
+        }
+    }
+    return t;
+}
+
+/* start, start+step, ... laid out in shape. */
+static inline tg_tensor *ramp(tg_dtype dtype, int ndim, const int64_t *shape, double start, double step)
+{
+    int64_t n = shape_numel(ndim, shape);
+    double *vals = malloc((size_t)(n ? n : 1) * sizeof *vals);
+    for (int64_t i = 0; i < n; i++)
+        vals[i] = start + (double)i * step;
+    tg_tensor *t = make(dtype, ndim, shape, vals);
+    free(vals);
+    return t;
+}
 
 #endif

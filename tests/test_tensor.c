@@ -1,0 +1,702 @@
+/* The tensor layer: creation and its errors, accessors, reference counting,
+ * scopes, the seeded generator and dtype conversion. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- creation ---------------------------------------------------------------- */
+
+START_TEST(zeros_ones_and_full_fill_every_element)
+{
+    tg_tensor *z = tg_zeros(TG_FLOAT32, 2, SHAPE(2, 3));
+    tg_tensor *o = tg_ones(TG_INT64, 1, SHAPE(4));
+    tg_tensor *f = tg_full(TG_FLOAT64, 2, SHAPE(2, 2), 2.5);
+    tg_tensor *b = tg_full(TG_BOOL, 1, SHAPE(3), 3.0);
+    ck_assert_shape(z, 2, 3);
+    ck_assert_int_eq(tg_dtype_of(z), TG_FLOAT32);
+    ck_assert_values(z, 0, 0, 0, 0, 0, 0, 0);
+    ck_assert_int_eq(tg_dtype_of(o), TG_INT64);
+    ck_assert_values(o, 0, 1, 1, 1, 1);
+    ck_assert_values(f, 0, 2.5, 2.5, 2.5, 2.5);
+    ck_assert_int_eq(tg_dtype_of(b), TG_BOOL);
+    ck_assert_values(b, 0, 1, 1, 1);
+    ck_assert(tg_is_contiguous(z));
+    tg_release(z);
+    tg_release(o);
+    tg_release(f);
+    tg_release(b);
+}
+END_TEST
+
+START_TEST(arange_counts_up_to_but_excluding_end)
+{
+    tg_tensor *a = tg_arange(TG_FLOAT32, 0, 5, 1);
+    tg_tensor *b = tg_arange(TG_FLOAT64, 1, 2, 0.25);
+    tg_tensor *c = tg_arange(TG_INT64, 0, 10, 3);
+    ck_assert_shape(a, 5);
+    ck_assert_values(a, 0, 0, 1, 2, 3, 4);
+    ck_assert_values(b, 0, 1, 1.25, 1.5, 1.75);
+    ck_assert_int_eq(tg_dtype_of(c), TG_INT64);
+    ck_assert_values(c, 0, 0, 3, 6, 9);
+    tg_release(a);
+    tg_release(b);
+    tg_release(c);
+}
+END_TEST
+
+START_TEST(arange_with_negative_step_counts_down)
+{
+    tg_tensor *a = tg_arange(TG_INT64, 5, 0, -2);
+    tg_tensor *b = tg_arange(TG_FLOAT64, 1, -1, -0.5);
+    ck_assert_values(a, 0, 5, 3, 1);
+    ck_assert_values(b, 0, 1, 0.5, 0, -0.5);
+    tg_release(a);
+    tg_release(b);
+}
+END_TEST
+
+START_TEST(arange_of_an_empty_range_has_no_elements)
+{
+    const double ranges[][3] = {{0, 0, 1}, {5, 0, 1}, {0, 5, -1}, {2, 2, -0.5}};
+    for (int i = 0; i < 4; i++) {
+        tg_tensor *t = tg_arange(TG_FLOAT32, ranges[i][0], ranges[i][1], ranges[i][2]);
+        ck_assert_shape(t, 0);
+        ck_assert_int_eq(tg_numel(t), 0);
+        tg_release(t);
+    }
+    ck_assert_int_eq(tg_error_code(), TG_OK);
+}
+END_TEST
+
+START_TEST(from_data_copies_the_callers_values)
+{
+    double d[4] = {1.5, -2, 3, 4};
+    tg_tensor *t = tg_from_data(TG_FLOAT64, 2, SHAPE(2, 2), d);
+    d[0] = 99; /* the tensor owns a copy */
+    ck_assert_values(t, 0, 1.5, -2, 3, 4);
+    int64_t ids[3] = {7, -1, INT64_C(1) << 40};
+    bool mask[3] = {true, false, true};
+    tg_tensor *i = tg_from_data(TG_INT64, 1, SHAPE(3), ids);
+    tg_tensor *m = tg_from_data(TG_BOOL, 1, SHAPE(3), mask);
+    ck_assert_values(i, 0, 7, -1, 1099511627776.0);
+    ck_assert_values(m, 0, 1, 0, 1);
+    tg_release(t);
+    tg_release(i);
+    tg_release(m);
+}
+END_TEST
+
+START_TEST(scalar_is_a_zero_dim_tensor)
+{
+    tg_tensor *s = tg_scalar(TG_FLOAT64, -3.25);
+    ck_assert_int_eq(tg_ndim(s), 0);
+    ck_assert_int_eq(tg_numel(s), 1);
+    ck_assert_double_eq(tg_item(s), -3.25);
+    tg_tensor *z = tg_zeros(TG_INT64, 0, NULL); /* ndim 0 needs no shape */
+    ck_assert_int_eq(tg_ndim(z), 0);
+    ck_assert_double_eq(tg_item(z), 0);
+    tg_release(s);
+    tg_release(z);
+}
+END_TEST
+
+START_TEST(causal_mask_is_true_strictly_above_the_diagonal)
+{
+    tg_tensor *m = tg_causal_mask(5);
+    ck_assert_shape(m, 5, 5);
+    ck_assert_int_eq(tg_dtype_of(m), TG_BOOL);
+    for (int64_t i = 0; i < 5; i++)
+        for (int64_t j = 0; j < 5; j++)
+            ck_assert_double_eq(tg_get(m, (int64_t[]){i, j}), j > i ? 1.0 : 0.0);
+    tg_tensor *e = tg_causal_mask(0);
+    ck_assert_shape(e, 0, 0);
+    ck_assert_ptr_null(tg_causal_mask(-2));
+    ck_assert_error(TG_ERR_SHAPE, "tg_causal_mask", "-2");
+    tg_release(m);
+    tg_release(e);
+}
+END_TEST
+
+/* ---- creation errors ------------------------------------------------------- */
+
+START_TEST(creation_rejects_a_negative_size)
+{
+    ck_assert_ptr_null(tg_zeros(TG_FLOAT32, 2, SHAPE(2, -1)));
+    ck_assert_error(TG_ERR_SHAPE, "tg_zeros", "-1");
+    ck_assert_ptr_null(tg_from_data(TG_FLOAT64, 1, SHAPE(-3), (double[]){0}));
+    ck_assert_error(TG_ERR_SHAPE, "tg_from_data", "-3");
+}
+END_TEST
+
+START_TEST(creation_rejects_more_than_eight_dims)
+{
+    const int64_t shape[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    ck_assert_ptr_null(tg_ones(TG_FLOAT32, 9, shape));
+    ck_assert_error(TG_ERR_SHAPE, "tg_ones", "9");
+    ck_assert_ptr_null(tg_full(TG_FLOAT32, -1, shape, 1));
+    ck_assert_error(TG_ERR_SHAPE, "tg_full");
+    tg_tensor *t = tg_ones(TG_FLOAT32, 8, shape); /* eight is allowed */
+    ck_assert_int_eq(tg_ndim(t), 8);
+    tg_release(t);
+}
+END_TEST
+
+START_TEST(creation_rejects_a_null_shape_with_dims)
+{
+    ck_assert_ptr_null(tg_full(TG_FLOAT32, 2, NULL, 1.0));
+    ck_assert_error(TG_ERR_NULL, "tg_full", "shape");
+    ck_assert_ptr_null(tg_from_data(TG_FLOAT32, 1, SHAPE(2), NULL));
+    ck_assert_error(TG_ERR_NULL, "tg_from_data");
+}
+END_TEST
+
+START_TEST(creation_rejects_an_unknown_dtype)
+{
+    ck_assert_ptr_null(tg_zeros((tg_dtype)42, 1, SHAPE(2)));
+    ck_assert_error(TG_ERR_DTYPE, "tg_zeros", "42");
+    ck_assert_ptr_null(tg_arange((tg_dtype)7, 0, 3, 1));
+    ck_assert_error(TG_ERR_DTYPE, "tg_arange");
+    ck_assert_ptr_null(tg_arange(TG_BOOL, 0, 3, 1));
+    ck_assert_error(TG_ERR_DTYPE, "tg_arange", "bool");
+}
+END_TEST
+
+START_TEST(arange_rejects_a_zero_or_nonfinite_step)
+{
+    ck_assert_ptr_null(tg_arange(TG_FLOAT32, 0, 3, 0));
+    ck_assert_error(TG_ERR_VALUE, "tg_arange", "step 0");
+    ck_assert_ptr_null(tg_arange(TG_FLOAT64, 0, INFINITY, 1));
+    ck_assert_error(TG_ERR_VALUE, "tg_arange");
+}
+END_TEST
+
+/* ---- accessors ------------------------------------------------------------ */
+
+START_TEST(size_counts_negative_dims_from_the_end)
+{
+    tg_tensor *t = tg_zeros(TG_FLOAT32, 3, SHAPE(2, 3, 4));
+    ck_assert_int_eq(tg_size(t, 0), 2);
+    ck_assert_int_eq(tg_size(t, 2), 4);
+    ck_assert_int_eq(tg_size(t, -1), 4);
+    ck_assert_int_eq(tg_size(t, -3), 2);
+    ck_assert_int_eq(tg_error_code(), TG_OK);
+    ck_assert_int_eq(tg_size(t, 3), -1);
+    ck_assert_error(TG_ERR_DIM, "tg_size", "3");
+    ck_assert_int_eq(tg_size(t, -4), -1);
+    ck_assert_error(TG_ERR_DIM, "tg_size", "-4");
+    tg_tensor *s = tg_scalar(TG_FLOAT32, 1);
+    ck_assert_int_eq(tg_size(s, 0), -1);
+    ck_assert_error(TG_ERR_DIM, "tg_size");
+    tg_release(t);
+    tg_release(s);
+}
+END_TEST
+
+START_TEST(shape_numel_and_dtype_describe_the_tensor)
+{
+    tg_tensor *t = tg_zeros(TG_INT64, 3, SHAPE(2, 0, 5));
+    ck_assert_int_eq(tg_ndim(t), 3);
+    ck_assert_int_eq(tg_shape(t)[0], 2);
+    ck_assert_int_eq(tg_shape(t)[1], 0);
+    ck_assert_int_eq(tg_shape(t)[2], 5);
+    ck_assert_int_eq(tg_numel(t), 0);
+    ck_assert_int_eq(tg_dtype_of(t), TG_INT64);
+    ck_assert_str_eq(tg_dtype_name(TG_INT64), "int64");
+    ck_assert_str_eq(tg_dtype_name(TG_BOOL), "bool");
+    ck_assert_int_eq(tg_dtype_size(TG_FLOAT32), 4);
+    ck_assert_int_eq(tg_dtype_size(TG_FLOAT64), 8);
+    ck_assert_int_eq(tg_dtype_size(TG_BOOL), 1);
+    tg_release(t);
+}
+END_TEST
+
+START_TEST(accessors_given_null_record_a_null_error)
+{
+    ck_assert_int_eq(tg_ndim(NULL), -1);
+    ck_assert_error(TG_ERR_NULL, "tg_ndim");
+    ck_assert_int_eq(tg_numel(NULL), -1);
+    ck_assert_error(TG_ERR_NULL, "tg_numel");
+    ck_assert_ptr_null(tg_shape(NULL));
+    ck_assert_error(TG_ERR_NULL, "tg_shape");
+    ck_assert(isnan(tg_item(NULL)));
+    ck_assert_error(TG_ERR_NULL, "tg_item");
+    ck_assert_ptr_null(tg_data(NULL));
+    ck_assert_error(TG_ERR_NULL, "tg_data");
+}
+END_TEST
+
+START_TEST(item_reads_one_element_tensors_only)
+{
+    tg_tensor *a = tg_full(TG_INT64, 2, SHAPE(1, 1), 7);
+    tg_tensor *b = tg_full(TG_BOOL, 1, SHAPE(1), 1);
+    tg_tensor *c = tg_zeros(TG_FLOAT32, 1, SHAPE(2));
+    ck_assert_double_eq(tg_item(a), 7.0);
+    ck_assert_double_eq(tg_item(b), 1.0);
+    ck_assert(isnan(tg_item(c)));
+    ck_assert_error(TG_ERR_SHAPE, "tg_item", "[2]");
+    tg_release(a);
+    tg_release(b);
+    tg_release(c);
+}
+END_TEST
+
+START_TEST(get_reads_a_multi_index_and_rejects_out_of_range)
+{
+    tg_tensor *t = ramp(TG_FLOAT64, 2, SHAPE(2, 3), 0, 1); /* [[0,1,2],[3,4,5]] */
+    ck_assert_double_eq(tg_get(t, (int64_t[]){1, 2}), 5);
+    ck_assert_double_eq(tg_get(t, (int64_t[]){0, 1}), 1);
+    ck_assert(isnan(tg_get(t, (int64_t[]){2, 0})));
+    ck_assert_error(TG_ERR_INDEX, "tg_get", "2", "[2,3]");
+    ck_assert(isnan(tg_get(t, (int64_t[]){0, -1})));
+    ck_assert_error(TG_ERR_INDEX, "tg_get");
+    tg_tensor *tt = tg_transpose(t, 0, 1); /* [3,2]: tt[2][1] = t[1][2] */
+    ck_assert_double_eq(tg_get(tt, (int64_t[]){2, 1}), 5);
+    tg_release(tt);
+    tg_release(t);
+}
+END_TEST
+
+START_TEST(data_is_refused_for_a_non_contiguous_tensor)
+{
+    tg_tensor *t = ramp(TG_FLOAT32, 2, SHAPE(2, 3), 0, 1);
+    tg_tensor *tt = tg_transpose(t, 0, 1);
+    ck_assert(!tg_is_contiguous(tt));
+    ck_assert_ptr_null(tg_data(tt));
+    ck_assert_error(TG_ERR_STATE, "tg_data", "contiguous");
+    /* Writing through the contiguous base shows in its views. */
+    ((float *)tg_data(t))[1] = 42;
+    ck_assert_double_eq(tg_get(tt, (int64_t[]){1, 0}), 42);
+    ck_assert(tg_shares_storage(t, tt));
+    tg_release(tt);
+    tg_release(t);
+}
+END_TEST
+
+START_TEST(copy_to_converts_the_dtype_in_logical_order)
+{
+    tg_tensor *t = make(TG_FLOAT64, 2, SHAPE(2, 2), (double[]){1.5, -2.5, 0, 3});
+    tg_tensor *tt = tg_transpose(t, 0, 1); /* [[1.5,0],[-2.5,3]] */
+    int64_t ints[4];
+    ck_assert_int_eq(tg_copy_to(tt, TG_INT64, ints, 4), 0);
+    ck_assert_int_eq(ints[0], 1);
+    ck_assert_int_eq(ints[1], 0);
+    ck_assert_int_eq(ints[2], -2);
+    ck_assert_int_eq(ints[3], 3);
+    bool flags[4];
+    ck_assert_int_eq(tg_copy_to(t, TG_BOOL, flags, 4), 0);
+    ck_assert(flags[0] && flags[1] && !flags[2] && flags[3]);
+    float f[4];
+    ck_assert_int_eq(tg_copy_to(tt, TG_FLOAT32, f, 4), 0);
+    ck_assert_float_eq(f[2], -2.5f);
+    ck_assert_int_eq(tg_copy_to(t, TG_FLOAT32, f, 3), -1);
+    ck_assert_error(TG_ERR_VALUE, "tg_copy_to", "3");
+    ck_assert_int_eq(tg_copy_to(t, (tg_dtype)9, f, 4), -1);
+    ck_assert_error(TG_ERR_DTYPE, "tg_copy_to");
+    tg_release(tt);
+    tg_release(t);
+}
+END_TEST
+
+/* ---- reference counting and scopes ---------------------------------------- */
+
+START_TEST(retain_and_release_count_references)
+{
+    int64_t before = tg_live_tensors();
+    tg_tensor *t = tg_ones(TG_FLOAT32, 1, SHAPE(3));
+    ck_assert_int_eq(tg_live_tensors(), before + 1);
+    ck_assert_ptr_eq(tg_retain(t), t);
+    tg_release(t);
+    ck_assert_int_eq(tg_live_tensors(), before + 1); /* one reference left */
+    ck_assert_values(t, 0, 1, 1, 1);
+    tg_release(t);
+    ck_assert_int_eq(tg_live_tensors(), before);
+    ck_assert_ptr_null(tg_retain(NULL));
+    tg_release(NULL);
+    ck_assert_int_eq(tg_error_code(), TG_OK);
+}
+END_TEST
+
+START_TEST(a_view_keeps_the_storage_alive)
+{
+    tg_tensor *t = ramp(TG_FLOAT64, 2, SHAPE(2, 3), 1, 1);
+    tg_tensor *v = tg_transpose(t, 0, 1);
+    tg_release(t);
+    ck_assert_values(v, 0, 1, 4, 2, 5, 3, 6);
+    tg_release(v);
+}
+END_TEST
+
+START_TEST(scope_releases_what_was_made_inside)
+{
+    int64_t before = tg_live_tensors();
+    tg_scope_begin();
+    ck_assert_int_eq(tg_scope_depth(), 1);
+    tg_tensor *a = tg_ones(TG_FLOAT32, 1, SHAPE(2));
+    tg_zeros(TG_FLOAT32, 1, SHAPE(2));
+    tg_tensor *kept = tg_retain(a); /* a reference of our own */
+    ck_assert_int_eq(tg_live_tensors(), before + 2);
+    ck_assert_int_eq(tg_scope_end(), 0);
+    ck_assert_int_eq(tg_scope_depth(), 0);
+    ck_assert_int_eq(tg_live_tensors(), before + 1);
+    ck_assert_values(kept, 0, 1, 1);
+    tg_release(kept);
+}
+END_TEST
+
+START_TEST(nested_scopes_release_only_their_own_tensors)
+{
+    int64_t before = tg_live_tensors();
+    tg_scope_begin();
+    tg_tensor *outer = tg_ones(TG_FLOAT32, 1, SHAPE(2));
+    tg_scope_begin();
+    tg_ones(TG_FLOAT32, 1, SHAPE(2));
+    tg_ones(TG_FLOAT32, 1, SHAPE(2));
+    ck_assert_int_eq(tg_scope_depth(), 2);
+    ck_assert_int_eq(tg_live_tensors(), before + 3);
+    tg_scope_end();
+    ck_assert_int_eq(tg_live_tensors(), before + 1);
+    ck_assert_values(outer, 0, 1, 1);
+    tg_scope_end();
+    ck_assert_int_eq(tg_live_tensors(), before);
+}
+END_TEST
+
+START_TEST(scope_end_keep_hands_the_tensor_to_the_outer_scope)
+{
+    int64_t before = tg_live_tensors();
+    tg_scope_begin();
+    tg_scope_begin();
+    tg_tensor *t = tg_full(TG_FLOAT64, 1, SHAPE(2), 4);
+    tg_ones(TG_FLOAT64, 1, SHAPE(2));
+    ck_assert_ptr_eq(tg_scope_end_keep(t), t);
+    ck_assert_int_eq(tg_scope_depth(), 1);
+    ck_assert_int_eq(tg_live_tensors(), before + 1);
+    ck_assert_values(t, 0, 4, 4);
+    tg_scope_end(); /* the outer scope now owns t */
+    ck_assert_int_eq(tg_live_tensors(), before);
+}
+END_TEST
+
+START_TEST(scope_end_keep_without_outer_scope_returns_to_the_caller)
+{
+    int64_t before = tg_live_tensors();
+    tg_scope_begin();
+    tg_tensor *t = tg_scope_end_keep(tg_ones(TG_FLOAT32, 1, SHAPE(1)));
+    ck_assert_int_eq(tg_scope_depth(), 0);
+    ck_assert_int_eq(tg_live_tensors(), before + 1);
+    tg_release(t);
+    ck_assert_int_eq(tg_live_tensors(), before);
+}
+END_TEST
+
+START_TEST(scope_end_with_none_open_is_a_state_error)
+{
+    ck_assert_int_eq(tg_scope_end(), -1);
+    ck_assert_error(TG_ERR_STATE, "tg_scope_end", "no scope");
+    tg_tensor *t = tg_ones(TG_FLOAT32, 1, SHAPE(1));
+    ck_assert_ptr_null(tg_scope_end_keep(t));
+    ck_assert_error(TG_ERR_STATE, "tg_scope_end_keep");
+    ck_assert_values(t, 0, 1); /* the caller's reference is untouched */
+    tg_release(t);
+    ck_assert_int_eq(tg_scope_depth(), 0);
+}
+END_TEST
+
+/* ---- random numbers --------------------------------------------------------- */
+
+/* An independent reference written from the published algorithms (Vigna,
+ * prng.di.unimi.it): splitmix64 turns the seed into the four state words of
+ * xoshiro256**. If tensor/rng.c ever drifts from it, seeds stop reproducing. */
+typedef struct {
+    uint64_t w[4];
+} ref_rng;
+
+static uint64_t ref_rotl(uint64_t x, unsigned k) { return (x << k) | (x >> (64u - k)); }
+
+static void ref_seed(ref_rng *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++) {
+        seed += UINT64_C(0x9E3779B97F4A7C15);
+        uint64_t z = seed;
+        z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+        r->w[i] = z ^ (z >> 31);
+    }
+}
+
+static uint64_t ref_next(ref_rng *r)
+{
+    uint64_t out = ref_rotl(r->w[1] * 5, 7) * 9;
+    uint64_t shifted = r->w[1] << 17;
+    r->w[2] ^= r->w[0];
+    r->w[3] ^= r->w[1];
+    r->w[1] ^= r->w[2];
+    r->w[0] ^= r->w[3];
+    r->w[2] ^= shifted;
+    r->w[3] = ref_rotl(r->w[3], 45);
+    return out;
+}
+
+START_TEST(rng_stream_is_xoshiro256starstar_seeded_by_splitmix64)
+{
+    /* Seed 42's first outputs, computed once outside C (big-int arithmetic
+     * in Python) to pin the reference itself. */
+    const uint64_t pinned[3] = {UINT64_C(0x15780b2e0c2ec716), UINT64_C(0x6104d9866d113a7e),
+                                UINT64_C(0xae17533239e499a1)};
+    ref_rng ref;
+    ref_seed(&ref, 42);
+    tg_rng *rng = tg_rng_new(42);
+    for (int i = 0; i < 3; i++) {
+        uint64_t want = ref_next(&ref);
+        ck_assert_uint_eq(want, pinned[i]);
+        ck_assert_uint_eq(tg_rng_next(rng), want);
+    }
+    const uint64_t seeds[3] = {0, 1, UINT64_MAX};
+    for (int s = 0; s < 3; s++) {
+        ref_seed(&ref, seeds[s]);
+        tg_rng_seed(rng, seeds[s]);
+        for (int i = 0; i < 1000; i++)
+            ck_assert_uint_eq(tg_rng_next(rng), ref_next(&ref));
+    }
+    /* Doubles take the top 53 bits. */
+    ref_seed(&ref, 7);
+    tg_rng_seed(rng, 7);
+    for (int i = 0; i < 100; i++)
+        ck_assert_double_eq(tg_rng_uniform01(rng), (double)(ref_next(&ref) >> 11) * 0x1p-53);
+    tg_rng_free(rng);
+}
+END_TEST
+
+START_TEST(rng_same_seed_repeats_and_different_seeds_differ)
+{
+    tg_rng *a = tg_rng_new(123), *b = tg_rng_new(123), *c = tg_rng_new(124);
+    int same = 0;
+    for (int i = 0; i < 100; i++) {
+        uint64_t x = tg_rng_next(a), z = tg_rng_next(c);
+        ck_assert_uint_eq(tg_rng_next(b), x);
+        same += x == z;
+    }
+    ck_assert_int_eq(same, 0);
+    tg_rng_free(a);
+    tg_rng_free(b);
+    tg_rng_free(c);
+    tg_rng_free(NULL);
+}
+END_TEST
+
+START_TEST(rng_uniform_stays_in_the_unit_interval)
+{
+    tg_rng *rng = tg_rng_new(5);
+    double sum = 0;
+    for (int i = 0; i < 100000; i++) {
+        double u = tg_rng_uniform01(rng);
+        ck_assert(u >= 0.0 && u < 1.0);
+        sum += u;
+    }
+    ck_assert_double_eq_tol(sum / 100000, 0.5, 0.005);
+    tg_rng_free(rng);
+}
+END_TEST
+
+START_TEST(rng_normal_has_zero_mean_and_unit_std)
+{
+    tg_rng *rng = tg_rng_new(2024);
+    const int n = 100000;
+    double sum = 0, sq = 0;
+    for (int i = 0; i < n; i++) {
+        double x = tg_rng_normal(rng);
+        ck_assert(isfinite(x));
+        sum += x;
+        sq += x * x;
+    }
+    double mean = sum / n, std = sqrt(sq / n - mean * mean);
+    ck_assert_double_eq_tol(mean, 0.0, 0.015); /* ~5 standard errors */
+    ck_assert_double_eq_tol(std, 1.0, 0.015);
+    tg_rng_free(rng);
+}
+END_TEST
+
+START_TEST(rng_saved_state_resumes_the_same_stream)
+{
+    tg_rng *rng = tg_rng_new(9);
+    for (int i = 0; i < 17; i++)
+        tg_rng_next(rng);
+    uint64_t state[4];
+    tg_rng_get_state(rng, state);
+    uint64_t want[10];
+    for (int i = 0; i < 10; i++)
+        want[i] = tg_rng_next(rng);
+    tg_rng *other = tg_rng_new(1);
+    tg_rng_set_state(other, state);
+    for (int i = 0; i < 10; i++)
+        ck_assert_uint_eq(tg_rng_next(other), want[i]);
+    tg_rng_free(rng);
+    tg_rng_free(other);
+}
+END_TEST
+
+START_TEST(random_tensors_are_reproducible_and_in_range)
+{
+    tg_rng *a = tg_rng_new(77), *b = tg_rng_new(77);
+    tg_tensor *u1 = tg_uniform(a, TG_FLOAT32, 2, SHAPE(10, 100), -2, 3);
+    tg_tensor *u2 = tg_uniform(b, TG_FLOAT32, 2, SHAPE(10, 100), -2, 3);
+    tg_tensor *n1 = tg_randn(a, TG_FLOAT64, 1, SHAPE(50));
+    tg_tensor *n2 = tg_randn(b, TG_FLOAT64, 1, SHAPE(50));
+    ck_assert_shape(u1, 10, 100);
+    const float *p1 = tg_data(u1), *p2 = tg_data(u2);
+    for (int i = 0; i < 1000; i++) {
+        ck_assert(p1[i] >= -2.0f && p1[i] <= 3.0f);
+        ck_assert_float_eq(p1[i], p2[i]);
+    }
+    /* randn draws one normal per element, in row-major order. */
+    tg_rng *c = tg_rng_new(77);
+    for (int i = 0; i < 1000; i++)
+        tg_rng_uniform01(c);
+    const double *q1 = tg_data(n1), *q2 = tg_data(n2);
+    for (int i = 0; i < 50; i++) {
+        ck_assert_double_eq(q1[i], q2[i]);
+        ck_assert_double_eq(q1[i], tg_rng_normal(c));
+    }
+    tg_tensor *r = tg_rand(a, TG_FLOAT64, 1, SHAPE(100));
+    for (int i = 0; i < 100; i++)
+        ck_assert(((double *)tg_data(r))[i] >= 0 && ((double *)tg_data(r))[i] < 1);
+    tg_release(u1);
+    tg_release(u2);
+    tg_release(n1);
+    tg_release(n2);
+    tg_release(r);
+    tg_rng_free(a);
+    tg_rng_free(b);
+    tg_rng_free(c);
+}
+END_TEST
+
+START_TEST(random_tensors_reject_bad_arguments)
+{
+    tg_rng *rng = tg_rng_new(1);
+    ck_assert_ptr_null(tg_randn(NULL, TG_FLOAT32, 1, SHAPE(2)));
+    ck_assert_error(TG_ERR_NULL, "tg_randn", "rng");
+    ck_assert_ptr_null(tg_rand(rng, TG_INT64, 1, SHAPE(2)));
+    ck_assert_error(TG_ERR_DTYPE, "tg_rand", "int64");
+    ck_assert_ptr_null(tg_uniform(rng, TG_FLOAT32, 1, SHAPE(2), 3, 2));
+    ck_assert_error(TG_ERR_VALUE, "tg_uniform");
+    ck_assert_ptr_null(tg_randn(rng, TG_FLOAT32, 1, SHAPE(-2)));
+    ck_assert_error(TG_ERR_SHAPE, "tg_randn", "-2");
+    tg_rng_free(rng);
+}
+END_TEST
+
+/* ---- dtype conversion ------------------------------------------------------- */
+
+START_TEST(to_dtype_converts_between_all_four_dtypes)
+{
+    const tg_dtype all[4] = {TG_FLOAT32, TG_FLOAT64, TG_INT64, TG_BOOL};
+    const double src[4] = {0, 1, 2, -3};
+    for (int s = 0; s < 4; s++) {
+        tg_tensor *x = make(all[s], 1, SHAPE(4), src);
+        for (int d = 0; d < 4; d++) {
+            tg_tensor *y = tg_to_dtype(x, all[d]);
+            ck_assert_int_eq(tg_dtype_of(y), all[d]);
+            ck_assert_shape(y, 4);
+            double want[4];
+            for (int i = 0; i < 4; i++) {
+                double v = all[s] == TG_BOOL ? (src[i] != 0) : src[i];
+                want[i] = all[d] == TG_BOOL ? (v != 0) : v;
+            }
+            assert_values(y, want, 4, 0);
+            tg_release(y);
+        }
+        tg_release(x);
+    }
+}
+END_TEST
+
+START_TEST(to_dtype_truncates_floats_toward_zero)
+{
+    const double v[5] = {-1.7, -0.5, 0.5, 2.9, -3.0};
+    for (int k = 0; k < 2; k++) {
+        tg_tensor *x = make(k ? TG_FLOAT64 : TG_FLOAT32, 1, SHAPE(5), v);
+        tg_tensor *y = tg_to_dtype(x, TG_INT64);
+        ck_assert_values(y, 0, -1, 0, 0, 2, -3);
+        tg_release(x);
+        tg_release(y);
+    }
+}
+END_TEST
+
+START_TEST(to_dtype_maps_nonzero_to_true)
+{
+    tg_tensor *f = make(TG_FLOAT32, 1, SHAPE(4), (double[]){0, -0.1, 3, NAN});
+    tg_tensor *i = make(TG_INT64, 1, SHAPE(3), (double[]){0, -5, 1});
+    tg_tensor *fb = tg_to_dtype(f, TG_BOOL), *ib = tg_to_dtype(i, TG_BOOL);
+    ck_assert_values(fb, 0, 0, 1, 1, 1);
+    ck_assert_values(ib, 0, 0, 1, 1);
+    ck_assert_ptr_null(tg_to_dtype(NULL, TG_BOOL));
+    ck_assert_error(TG_ERR_NULL, "tg_to_dtype");
+    ck_assert_ptr_null(tg_to_dtype(f, (tg_dtype)11));
+    ck_assert_error(TG_ERR_DTYPE, "tg_to_dtype");
+    tg_release(f);
+    tg_release(i);
+    tg_release(fb);
+    tg_release(ib);
+}
+END_TEST
+static Suite *tensor_suite(void)
+{
+    Suite *s = suite_create("tensor");
+    TCase *tc = tcase_checked("creation");
+    tcase_add_test(tc, zeros_ones_and_full_fill_every_element);
+    tcase_add_test(tc, arange_counts_up_to_but_excluding_end);
+    tcase_add_test(tc, arange_with_negative_step_counts_down);
+    tcase_add_test(tc, arange_of_an_empty_range_has_no_elements);
+    tcase_add_test(tc, from_data_copies_the_callers_values);
+    tcase_add_test(tc, scalar_is_a_zero_dim_tensor);
+    tcase_add_test(tc, causal_mask_is_true_strictly_above_the_diagonal);
+    tcase_add_test(tc, creation_rejects_a_negative_size);
+    tcase_add_test(tc, creation_rejects_more_than_eight_dims);
+    tcase_add_test(tc, creation_rejects_a_null_shape_with_dims);
+    tcase_add_test(tc, creation_rejects_an_unknown_dtype);
+    tcase_add_test(tc, arange_rejects_a_zero_or_nonfinite_step);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_checked("accessors");
+    tcase_add_test(tc, size_counts_negative_dims_from_the_end);
+    tcase_add_test(tc, shape_numel_and_dtype_describe_the_tensor);
+    tcase_add_test(tc, accessors_given_null_record_a_null_error);
+    tcase_add_test(tc, item_reads_one_element_tensors_only);
+    tcase_add_test(tc, get_reads_a_multi_index_and_rejects_out_of_range);
+    tcase_add_test(tc, data_is_refused_for_a_non_contiguous_tensor);
+    tcase_add_test(tc, copy_to_converts_the_dtype_in_logical_order);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_checked("lifetime");
+    tcase_add_test(tc, retain_and_release_count_references);
+    tcase_add_test(tc, a_view_keeps_the_storage_alive);
+    tcase_add_test(tc, scope_releases_what_was_made_inside);
+    tcase_add_test(tc, nested_scopes_release_only_their_own_tensors);
+    tcase_add_test(tc, scope_end_keep_hands_the_tensor_to_the_outer_scope);
+    tcase_add_test(tc, scope_end_keep_without_outer_scope_returns_to_the_caller);
+    tcase_add_test(tc, scope_end_with_none_open_is_a_state_error);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_checked("rng");
+    tcase_add_test(tc, rng_stream_is_xoshiro256starstar_seeded_by_splitmix64);
+    tcase_add_test(tc, rng_same_seed_repeats_and_different_seeds_differ);
+    tcase_add_test(tc, rng_uniform_stays_in_the_unit_interval);
+    tcase_add_test(tc, rng_normal_has_zero_mean_and_unit_std);
+    tcase_add_test(tc, rng_saved_state_resumes_the_same_stream);
+    tcase_add_test(tc, random_tensors_are_reproducible_and_in_range);
+    tcase_add_test(tc, random_tensors_reject_bad_arguments);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_checked("dtype");
+    tcase_add_test(tc, to_dtype_converts_between_all_four_dtypes);
+    tcase_add_test(tc, to_dtype_truncates_floats_toward_zero);
+    tcase_add_test(tc, to_dtype_maps_nonzero_to_true);
+    suite_add_tcase(s, tc);
+
+    return s;
+}
+
+int main(void) { return run_suite(tensor_suite()); }
