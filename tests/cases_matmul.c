@@ -1,4 +1,85 @@
-/* placeholder: being written */
+/* Gradient-check cases for tg_matmul: every 1-D / 2-D / batched pairing,
+ * broadcast batch dims, and operands that are transposed, sliced or
+ * expanded views (read in place or copied by the forward). */
 #include "cases.h"
-const gc_case cases_matmul[] = {{0}};
-const int n_cases_matmul = 0;
+
+static int two_inputs(tg_tensor **in, tg_rng *rng, int na, const int64_t *sa, int nb,
+                      const int64_t *sb)
+{
+    in[0] = gc_randn(rng, na, sa);
+    in[1] = gc_randn(rng, nb, sb);
+    return 2;
+}
+
+#define PAIR(name, na, sa, nb, sb)                                              \
+    static int name(tg_tensor **in, tg_rng *rng)                                \
+    {                                                                           \
+        return two_inputs(in, rng, na, (const int64_t[])sa, nb, (const int64_t[])sb); \
+    }
+#define S(...) {__VA_ARGS__}
+
+PAIR(mat_mat, 2, S(3, 4), 2, S(4, 5))
+PAIR(vec_mat, 1, S(4), 2, S(4, 5))
+PAIR(mat_vec, 2, S(3, 4), 1, S(4))
+PAIR(vec_vec, 1, S(4), 1, S(4))
+PAIR(batch_batch, 3, S(2, 3, 4), 3, S(2, 4, 5))
+/* [2,1,3,4] @ [5,4,2] -> [2,5,3,2]: each operand broadcasts along the other. */
+PAIR(broadcast_batches, 4, S(2, 1, 3, 4), 3, S(5, 4, 2))
+/* A batched input times a weight: dB sums over the flattened batch. */
+PAIR(batch_weight, 3, S(2, 3, 4), 2, S(4, 5))
+PAIR(batch_vec, 3, S(2, 3, 4), 1, S(4))
+PAIR(vec_batch, 1, S(4), 3, S(2, 4, 5))
+PAIR(weight_batch, 2, S(3, 4), 3, S(2, 4, 5))
+/* Stored transposed: [4,3] and [5,4] read as [3,4] and [4,5]. */
+PAIR(stored_transposed, 2, S(4, 3), 2, S(5, 4))
+PAIR(stored_transposed_batch, 3, S(2, 4, 3), 3, S(2, 5, 4))
+/* Wider than used: narrowed to [3,4] (rows 6 apart) and [4,5]. */
+PAIR(wide_pair, 2, S(3, 6), 2, S(6, 5))
+/* A column and a row batch, expanded to [3,4] and [2,4,5] (stride 0). */
+PAIR(expandable_pair, 2, S(3, 1), 3, S(1, 4, 5))
+
+static tg_tensor *f_matmul(tg_tensor *const *x, int n, void *c)
+{
+    (void)n; (void)c;
+    return tg_matmul(x[0], x[1]);
+}
+
+/* Both operands as tg_transpose views, which GEMM reads without a copy. */
+static tg_tensor *f_matmul_transposed(tg_tensor *const *x, int n, void *c)
+{
+    (void)n; (void)c;
+    return tg_matmul(tg_transpose(x[0], -2, -1), tg_transpose(x[1], -2, -1));
+}
+
+/* x0[:, 1:5] @ x1[1:5, :]: strided slices. */
+static tg_tensor *f_matmul_sliced(tg_tensor *const *x, int n, void *c)
+{
+    (void)n; (void)c;
+    return tg_matmul(tg_narrow(x[0], 1, 1, 4), tg_narrow(x[1], 0, 1, 4));
+}
+
+/* Stride-0 operands: no GEMM layout, so the forward copies them. */
+static tg_tensor *f_matmul_expanded(tg_tensor *const *x, int n, void *c)
+{
+    (void)n; (void)c;
+    return tg_matmul(tg_expand(x[0], 2, (const int64_t[]){3, 4}),
+                     tg_expand(x[1], 3, (const int64_t[]){2, 4, 5}));
+}
+
+const gc_case cases_matmul[] = {
+    {"matmul_2d", f_matmul, mat_mat, 0, 0},
+    {"matmul_vec_mat", f_matmul, vec_mat, 0, 0},
+    {"matmul_mat_vec", f_matmul, mat_vec, 0, 0},
+    {"matmul_dot", f_matmul, vec_vec, 0, 0},
+    {"matmul_batched", f_matmul, batch_batch, 0, 0},
+    {"matmul_broadcast_batches", f_matmul, broadcast_batches, 0, 0},
+    {"matmul_batch_times_weight", f_matmul, batch_weight, 0, 0},
+    {"matmul_batch_times_vec", f_matmul, batch_vec, 0, 0},
+    {"matmul_vec_times_batch", f_matmul, vec_batch, 0, 0},
+    {"matmul_weight_times_batch", f_matmul, weight_batch, 0, 0},
+    {"matmul_transposed_operands", f_matmul_transposed, stored_transposed, 0, 0},
+    {"matmul_transposed_batched", f_matmul_transposed, stored_transposed_batch, 0, 0},
+    {"matmul_sliced_operands", f_matmul_sliced, wide_pair, 0, 0},
+    {"matmul_expanded_operands", f_matmul_expanded, expandable_pair, 0, 0},
+};
+const int n_cases_matmul = sizeof cases_matmul / sizeof cases_matmul[0];

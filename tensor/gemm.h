@@ -1,0 +1,45 @@
+/* The library's one matrix-multiply entry: row-major GEMM on raw float or
+ * double buffers, through OpenBLAS when the build has it and a built-in
+ * cache-blocked kernel otherwise. Never installed; tg_matmul calls it. */
+#ifndef TG_GEMM_H
+#define TG_GEMM_H
+
+#include "tensor.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* C = alpha * op(A) @ op(B) + beta * C, all row-major.
+ *
+ *   op(A) is M x K: A itself stored M x K with row stride lda, or, with
+ *         trans_a, the transpose of A stored K x M with row stride lda;
+ *   op(B) is K x N: likewise, B stored K x N, or N x K with trans_b;
+ *   C     is M x N with row stride ldc.
+ *
+ * A leading dimension must be at least the stored row length (at least 1).
+ * With beta == 0, C is written without being read (it may hold NaN). Any of
+ * M, N, K may be 0; K == 0 leaves beta * C. Returns 0, or -1 when scratch
+ * memory could not be allocated (nothing recorded: the caller reports it). */
+int tg__sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+              int64_t ldc);
+int tg__dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+              const double *a, int64_t lda, const double *b, int64_t ldb, double beta,
+              double *c, int64_t ldc);
+
+/* The same for a float dtype chosen at run time: a, b and c point to
+ * elements of dtype (TG_FLOAT32 or TG_FLOAT64; anything else returns -1). */
+int tg__gemm(tg_dtype dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+             double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
+             void *c, int64_t ldc);
+
+/* The built-in kernel alone, whatever TG_HAVE_BLAS says: the tests check it
+ * against a naive loop even in builds that use BLAS. Same contract. */
+int tg__sgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                      float *c, int64_t ldc);
+int tg__dgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      double alpha, const double *a, int64_t lda, const double *b, int64_t ldb,
+                      double beta, double *c, int64_t ldc);
+
+#endif
