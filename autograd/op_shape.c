@@ -40,31 +40,6 @@ tg_tensor *tg_transpose(const tg_tensor *x, int dim0, int dim1)
     return out;
 }
 
-/* dst[i] = src[i] for two tensors of one shape and dtype, any layouts: the
- * one copy loop behind reshape, concat, contiguous and narrow's backward. */
-static void copy_into(tg_tensor *dst, const tg_tensor *src)
-{
-    int64_t strides[2][TG_MAX_DIMS];
-    memcpy(strides[0], dst->stride, sizeof strides[0]);
-    memcpy(strides[1], src->stride, sizeof strides[1]);
-    tg__iter it;
-    tg__iter_init(&it, src->ndim, src->shape, 2, (const int64_t(*)[TG_MAX_DIMS])strides);
-    if (!it.len)
-        return;
-    size_t es = tg_dtype_size(src->dtype);
-    char *d = tg__ptr(dst);
-    const char *s = tg__ptr(src);
-    do {
-        if (it.inner[0] == 1 && it.inner[1] == 1) {
-            memcpy(d + it.off[0] * (int64_t)es, s + it.off[1] * (int64_t)es, (size_t)it.len * es);
-            continue;
-        }
-        for (int64_t j = 0; j < it.len; j++)
-            memcpy(d + (it.off[0] + j * it.inner[0]) * (int64_t)es,
-                   s + (it.off[1] + j * it.inner[1]) * (int64_t)es, es);
-    } while (tg__iter_next(&it));
-}
-
 /* ---- permute ---------------------------------------------------------------- */
 
 static int permute_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
@@ -289,7 +264,7 @@ static int narrow_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
         tg_release(full);
         return -1;
     }
-    copy_into(slice, g);
+    tg__copy(slice, g);
     tg_release(slice);
     grads[0] = tg__ret(full);
     return 0;
@@ -442,7 +417,7 @@ tg_tensor *tg_concat(const tg_tensor *const *xs, int n, int dim)
             tg_release(out);
             return NULL;
         }
-        copy_into(part, xs[i]);
+        tg__copy(part, xs[i]);
         tg_release(part);
         start += xs[i]->shape[d];
     }

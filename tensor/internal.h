@@ -69,6 +69,9 @@ tg_tensor *tg__view(const tg_tensor *t, int ndim, const int64_t *shape,
 tg_tensor *tg__alias(const tg_tensor *t);
 /* t itself (retained) when contiguous, otherwise a contiguous copy. */
 tg_tensor *tg__contiguous(const tg_tensor *t);
+/* dst[i] = src[i] for two tensors of one shape, any layouts, converting the
+ * dtype element by element when they differ. */
+void tg__copy(tg_tensor *dst, const tg_tensor *src);
 /* A contiguous copy of t converted to dtype. */
 tg_tensor *tg__convert(const tg_tensor *t, tg_dtype dtype);
 /* Pointer to t's first element (at its offset), whatever its layout. */

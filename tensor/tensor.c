@@ -207,9 +207,7 @@ bool tg_is_contiguous(const tg_tensor *t)
     return true;
 }
 
-/* Copies src's elements (any layout) into the contiguous dst of the same
- * shape, converting the dtype element by element. */
-static void copy_convert(tg_tensor *dst, const tg_tensor *src)
+void tg__copy(tg_tensor *dst, const tg_tensor *src)
 {
     int64_t strides[2][TG_MAX_DIMS];
     memcpy(strides[0], dst->stride, sizeof strides[0]);
@@ -258,7 +256,7 @@ tg_tensor *tg__convert(const tg_tensor *t, tg_dtype dtype)
 {
     tg_tensor *out = tg__empty(dtype, t->ndim, t->shape);
     if (out)
-        copy_convert(out, t);
+        tg__copy(out, t);
     return out;
 }
 
@@ -394,6 +392,6 @@ int tg_copy_to(const tg_tensor *t, tg_dtype dtype, void *out, int64_t capacity)
     tg_tensor dst = {.refcount = 1, .storage = &s, .ndim = t->ndim, .dtype = dtype};
     memcpy(dst.shape, t->shape, sizeof dst.shape);
     set_contiguous_strides(&dst);
-    copy_convert(&dst, t);
+    tg__copy(&dst, t);
     return 0;
 }
