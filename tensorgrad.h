@@ -1,9 +1,11 @@
 /* tensorgrad: the one header a program includes. It brings in the tensor
- * type (tensor.h) and the differentiable ops with their graph (autograd.h). */
+ * type (tensor.h), the differentiable ops with their graph (autograd.h), and
+ * modules, optimizers and checkpoints (nn.h). */
 #ifndef TENSORGRAD_H
 #define TENSORGRAD_H
 
 #include "tensor.h"
 #include "autograd.h"
+#include "nn.h"
 
 #endif

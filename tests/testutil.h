@@ -5,6 +5,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,6 +100,14 @@ static inline void assert_values(const tg_tensor *t, const double *want, int64_t
                           "message \"%s\" lacks \"%s\"", tg_error_message(), frags_[i_]); \
         tg_error_clear();                                                            \
     } while (0)
+
+/* The path of a committed fixture file: tests/meson.build sets TG_FIXTURES to
+ * tests/fixtures; run by hand from the source root, the relative path works. */
+static inline void fixture_path(char *buf, size_t size, const char *name)
+{
+    const char *dir = getenv("TG_FIXTURES");
+    snprintf(buf, size, "%s/%s", dir ? dir : "tests/fixtures", name);
+}
 
 /* Tensors built value by value through tg_data, for tests of any dtype. */
 static inline int64_t shape_numel(int ndim, const int64_t *shape)

@@ -1,0 +1,348 @@
+/* tensorgrad nn: modules, optimizers and checkpoints for model code.
+ *
+ * Modules are plain structs whose tensors you may read (lin->weight), made
+ * by tg_<module>_new and freed by tg_<module>_free (NULL is a no-op). A
+ * module's forward follows the ownership rule of tensor.h: it returns a new
+ * reference and borrows its arguments. Parameters are collected by name into
+ * a tg_params list, with PyTorch's state-dict names ("0.weight",
+ * "layers.1.norm1.bias"), which is what optimizers and checkpoints take.
+ *
+ *   tg_params ps = {0};
+ *   tg_linear_params(lin, "fc", &ps);            // "fc.weight", "fc.bias"
+ *   tg_optim *opt = tg_adamw_new(&ps, 1e-3, 0.9, 0.999, 1e-8, 0.01);
+ *   ... tg_backward(loss, NULL); tg_optim_step(opt); tg_optim_zero_grad(opt);
+ *   tg_safetensors_save("model.safetensors", &ps, 0, NULL, NULL);
+ *   tg_optim_free(opt); tg_params_clear(&ps);
+ */
+#ifndef TG_NN_H
+#define TG_NN_H
+
+#include "autograd.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- named parameters (nn/params.c) ------------------------------------------ */
+
+/* A growable list of (name, tensor) pairs. The list holds a reference to
+ * each tensor and a copy of each name. Zero-initialise it; clear it when done. */
+typedef struct {
+    int count, capacity;
+    char **names;
+    tg_tensor **tensors;
+} tg_params;
+
+/* Appends prefix.name (just name when prefix is NULL or ""); a name already
+ * in the list is TG_ERR_VALUE. 0, or -1 on error. */
+int tg_params_add(tg_params *ps, const char *prefix, const char *name, tg_tensor *t);
+/* The tensor called name, borrowed, or NULL (no error) if there is none. */
+tg_tensor *tg_params_find(const tg_params *ps, const char *name);
+/* Elements over all tensors. */
+int64_t tg_params_numel(const tg_params *ps);
+/* Drops the entries past the first count: undoes additions that a failing
+ * operation made partway. */
+void tg_params_truncate(tg_params *ps, int count);
+void tg_params_clear(tg_params *ps);
+
+/* ---- modules (nn/linear.c, nn/norm.c, nn/embedding.c) ---------------------- */
+/* Each _new initialises its parameters as PyTorch's defaults do, drawing
+ * from rng in a fixed order, and marks them as requiring grad. */
+
+typedef struct {
+    int64_t in_features, out_features;
+    tg_tensor *weight; /* [out, in], U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform, a=sqrt(5)) */
+    tg_tensor *bias;   /* [out] or NULL, U(-1/sqrt(in), 1/sqrt(in)) */
+} tg_linear;
+tg_linear *tg_linear_new(int64_t in_features, int64_t out_features, bool bias, tg_dtype dtype,
+                         tg_rng *rng);
+/* x [..., in] -> [..., out] = x @ weight^T + bias */
+tg_tensor *tg_linear_forward(const tg_linear *m, const tg_tensor *x);
+int tg_linear_params(const tg_linear *m, const char *prefix, tg_params *ps);
+void tg_linear_free(tg_linear *m);
+
+typedef struct {
+    int ndim;                          /* normalised trailing dims */
+    int64_t shape[TG_MAX_DIMS];
+    double eps;
+    tg_tensor *weight, *bias;          /* ones and zeros, or NULL without affine */
+} tg_layer_norm_module;
+tg_layer_norm_module *tg_layer_norm_new(int ndim, const int64_t *shape, double eps, bool affine,
+                                        tg_dtype dtype);
+tg_tensor *tg_layer_norm_forward(const tg_layer_norm_module *m, const tg_tensor *x);
+int tg_layer_norm_params(const tg_layer_norm_module *m, const char *prefix, tg_params *ps);
+void tg_layer_norm_free(tg_layer_norm_module *m);
+
+typedef struct {
+    int64_t num_embeddings, embedding_dim;
+    tg_tensor *weight; /* [num, dim], N(0, 1) */
+} tg_embedding_module;
+tg_embedding_module *tg_embedding_new(int64_t num_embeddings, int64_t embedding_dim,
+                                      tg_dtype dtype, tg_rng *rng);
+/* int64 indices of any shape -> indices.shape + [dim] */
+tg_tensor *tg_embedding_forward(const tg_embedding_module *m, const tg_tensor *indices);
+int tg_embedding_params(const tg_embedding_module *m, const char *prefix, tg_params *ps);
+void tg_embedding_free(tg_embedding_module *m);
+
+typedef struct {
+    double p;   /* probability of zeroing an element, in [0, 1) */
+    bool train; /* identity when false */
+    tg_rng *rng; /* borrowed: must outlive the module */
+} tg_dropout_module;
+/* A stack value is fine: tg_dropout_module d = {0.1, true, rng}; */
+tg_tensor *tg_dropout_forward(const tg_dropout_module *m, const tg_tensor *x);
+
+/* ---- attention (nn/sdpa.c, nn/attention.c) --------------------------------- */
+
+/* softmax(q @ k^T * scale + mask) @ v, with dropout on the weights:
+ * q [..., L, E], k [..., S, E], v [..., S, Ev] -> [..., L, Ev], batch dims
+ * broadcast. mask (may be NULL) broadcasts to [..., L, S]: bool, true =
+ * not allowed, or float, added to the scores. is_causal masks key j > query
+ * i (with mask NULL). scale <= 0 means 1/sqrt(E). A query whose every key is
+ * masked gets zero weights, not NaN. When weights is not NULL it receives the
+ * attention weights [..., L, S] (after dropout). dropout_p needs rng. */
+tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_tensor *k,
+                                           const tg_tensor *v, const tg_tensor *mask,
+                                           double dropout_p, bool is_causal, double scale,
+                                           tg_rng *rng, tg_tensor **weights);
+
+/* torch.nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first=True).
+ * Parameter names: in_proj_weight [3E, E], in_proj_bias [3E], out_proj.weight
+ * [E, E], out_proj.bias [E]. Init as PyTorch: xavier_uniform in_proj_weight,
+ * zero biases, out_proj.weight like Linear. */
+typedef struct {
+    int64_t embed_dim, num_heads, head_dim;
+    double dropout;
+    bool train;        /* dropout on the attention weights only when true */
+    tg_rng *rng;       /* borrowed, for dropout */
+    tg_tensor *in_proj_weight, *in_proj_bias; /* bias NULL without bias */
+    tg_linear *out_proj;
+} tg_mha;
+
+typedef struct {
+    const tg_tensor *attn_mask;        /* [L, S] or [B*num_heads, L, S]; bool (true =
+                                          not allowed) or float (added); may be NULL */
+    const tg_tensor *key_padding_mask; /* [B, S]; bool (true = ignore) or float; NULL */
+    bool need_weights;                 /* return the attention weights */
+    bool average_attn_weights;         /* [B, L, S] averaged over heads, else [B, H, L, S] */
+    bool is_causal;                    /* mask the future (when attn_mask is NULL) */
+} tg_mha_options;
+
+tg_mha *tg_mha_new(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
+                   tg_dtype dtype, tg_rng *rng);
+/* query [B, L, E], key and value [B, S, E] (or unbatched [L, E], [S, E]) ->
+ * [B, L, E]. opts may be NULL (no masks, no weights). When opts->need_weights
+ * and weights is not NULL, *weights receives the attention weights. */
+tg_tensor *tg_mha_forward(const tg_mha *m, const tg_tensor *query, const tg_tensor *key,
+                          const tg_tensor *value, const tg_mha_options *opts,
+                          tg_tensor **weights);
+int tg_mha_params(const tg_mha *m, const char *prefix, tg_params *ps);
+void tg_mha_free(tg_mha *m);
+
+/* ---- Transformer encoder (nn/encoder.c) ------------------------------------------ */
+
+typedef enum { TG_ACT_RELU, TG_ACT_GELU } tg_activation;
+
+/* torch.nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout,
+ * activation, layer_norm_eps, batch_first=True, norm_first). */
+typedef struct {
+    int64_t d_model, nhead, dim_feedforward;
+    double dropout, layer_norm_eps;
+    tg_activation activation;
+    bool norm_first;
+} tg_encoder_config;
+
+/* Names: self_attn.*, linear1.*, linear2.*, norm1.*, norm2.* (PyTorch's
+ * state_dict order). _new draws self_attn (as tg_mha_new), then linear1,
+ * then linear2 from rng; the norms start as ones and zeros. A new layer is in
+ * training mode (train true), as a new torch module is: dropout1, dropout,
+ * dropout2 and the attention dropout use rng while train is set; call
+ * tg_encoder_layer_set_train(m, false) to evaluate. A bad config (sizes not
+ * positive, d_model not divisible by nhead, dropout outside [0, 1),
+ * layer_norm_eps <= 0) is NULL with TG_ERR_VALUE. */
+typedef struct {
+    tg_encoder_config config;
+    bool train;
+    tg_rng *rng; /* borrowed, for dropout */
+    tg_mha *self_attn;
+    tg_linear *linear1, *linear2;
+    tg_layer_norm_module *norm1, *norm2;
+} tg_encoder_layer;
+
+tg_encoder_layer *tg_encoder_layer_new(const tg_encoder_config *config, tg_dtype dtype,
+                                       tg_rng *rng);
+/* src [B, T, d_model] (or unbatched [T, d_model]) -> the same shape;
+ * src_mask [T, T] and src_key_padding_mask [B, T] as in tg_mha_options
+ * (either may be NULL). Always PyTorch's general path: padded positions get
+ * computed values, where PyTorch's inference fast path (eval mode, no grad,
+ * nested tensors) would return zeros for them. */
+tg_tensor *tg_encoder_layer_forward(const tg_encoder_layer *m, const tg_tensor *src,
+                                    const tg_tensor *src_mask,
+                                    const tg_tensor *src_key_padding_mask);
+int tg_encoder_layer_params(const tg_encoder_layer *m, const char *prefix, tg_params *ps);
+void tg_encoder_layer_set_train(tg_encoder_layer *m, bool train);
+void tg_encoder_layer_free(tg_encoder_layer *m);
+
+/* torch.nn.TransformerEncoder: num_layers layers ("layers.0.*", ...) each
+ * initialised from rng in turn, then an optional final LayerNorm ("norm.*",
+ * eps from the layer config). Unlike PyTorch, whose encoder deep-copies one
+ * layer so that every layer starts with the same weights, each layer here
+ * draws its own; load a checkpoint to reproduce PyTorch's start exactly.
+ * num_layers < 1 is TG_ERR_VALUE. tg_encoder_set_train sets every layer. */
+typedef struct {
+    int num_layers;
+    tg_encoder_layer **layers;
+    tg_layer_norm_module *norm; /* NULL without a final norm */
+} tg_encoder;
+
+tg_encoder *tg_encoder_new(const tg_encoder_config *layer, int num_layers, bool final_norm,
+                           tg_dtype dtype, tg_rng *rng);
+tg_tensor *tg_encoder_forward(const tg_encoder *m, const tg_tensor *src,
+                              const tg_tensor *mask, const tg_tensor *src_key_padding_mask);
+int tg_encoder_params(const tg_encoder *m, const char *prefix, tg_params *ps);
+void tg_encoder_set_train(tg_encoder *m, bool train);
+void tg_encoder_free(tg_encoder *m);
+
+/* ---- GPT (nn/gpt.c) ------------------------------------------------------------- */
+
+/* The GPT-2 architecture: token + learned position embeddings; per block
+ * x = x + attn(ln_1(x)), x = x + mlp(ln_2(x)) with causal multi-head
+ * self-attention (fused QKV Linear c_attn d -> 3d, output Linear c_proj) and
+ * mlp = c_proj(gelu_tanh(c_fc(x))), d -> 4d -> d; final ln_f; the LM head
+ * shares the token embedding's weight. Linear weights are [out, in] as in
+ * torch.nn.Linear (GPT-2's original Conv1D checkpoints store them transposed). */
+typedef struct {
+    int64_t vocab_size, block_size, n_layer, n_head, n_embd;
+    double dropout;
+} tg_gpt_config;
+
+typedef struct tg_gpt tg_gpt;
+
+/* Init as GPT-2: weights N(0, 0.02), c_proj weights N(0, 0.02/sqrt(2 n_layer)),
+ * biases 0, LayerNorms ones/zeros. */
+tg_gpt *tg_gpt_new(const tg_gpt_config *config, tg_dtype dtype, tg_rng *rng);
+const tg_gpt_config *tg_gpt_config_of(const tg_gpt *m);
+/* idx int64 [B, T] (T <= block_size) -> logits [B, T, vocab]. When targets
+ * (int64 [B, T]) is not NULL and loss is not NULL, *loss receives the mean
+ * cross-entropy (targets of -1 are ignored). */
+tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor *targets,
+                          tg_tensor **loss);
+/* Names: transformer.wte.weight, transformer.wpe.weight,
+ * transformer.h.<i>.ln_1.*, .attn.c_attn.*, .attn.c_proj.*, .ln_2.*,
+ * .mlp.c_fc.*, .mlp.c_proj.*, transformer.ln_f.* (lm_head.weight is tied to
+ * transformer.wte.weight and not listed twice). */
+int tg_gpt_params(const tg_gpt *m, tg_params *ps);
+void tg_gpt_set_train(tg_gpt *m, bool train);
+
+typedef struct {
+    double temperature; /* > 0; logits are divided by it */
+    int64_t top_k;      /* keep the k most likely tokens; 0 keeps all */
+    bool greedy;        /* take the most likely token (ignores temperature, top_k) */
+} tg_sample_options;
+
+/* Appends n tokens to prompt[0..prompt_len) (each in [0, vocab)), writing
+ * prompt_len + n tokens to out. Uses a KV cache, so each new token costs one
+ * position; past block_size tokens the context slides. rng may be NULL when
+ * greedy. 0, or -1 on error. */
+int tg_gpt_generate(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
+                    const tg_sample_options *opts, tg_rng *rng, int64_t *out);
+void tg_gpt_free(tg_gpt *m);
+
+/* ---- optimizers (nn/optim.c) ------------------------------------------------- */
+/* PyTorch 1.13's update formulas (torch.optim, foreach=False), computed in
+ * the parameter's dtype (float32 results agree with PyTorch's to about one
+ * rounding). The optimizer keeps references to the parameters of ps as they
+ * are at _new: float leaves of any layout, each listed once. A parameter
+ * without a gradient is skipped, and each parameter counts its own steps, as
+ * in PyTorch. Updates happen in place, with grad mode off.
+ * The constructors return NULL with TG_ERR_NULL for a NULL ps, TG_ERR_VALUE
+ * for an empty list, a tensor listed twice, or a hyperparameter out of
+ * PyTorch's range (lr, eps, weight_decay, momentum >= 0; 0 <= betas < 1),
+ * TG_ERR_DTYPE for a non-float parameter, TG_ERR_STATE for a non-leaf. */
+
+typedef struct tg_optim tg_optim;
+/* SGD with momentum (dampening 0, nesterov off) and L2 weight decay:
+ *   g += wd * p;  buf = g at a parameter's first step, else momentum * buf + g;
+ *   p -= lr * buf  (p -= lr * g without momentum). */
+tg_optim *tg_sgd_new(const tg_params *ps, double lr, double momentum, double weight_decay);
+/* Adam, L2 weight decay added to the gradient; t is the parameter's step:
+ *   g += wd * p;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+ *   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
+tg_optim *tg_adam_new(const tg_params *ps, double lr, double beta1, double beta2, double eps,
+                      double weight_decay);
+/* AdamW: decoupled weight decay, p *= 1 - lr * wd, then the Adam step
+ * without the L2 term. */
+tg_optim *tg_adamw_new(const tg_params *ps, double lr, double beta1, double beta2, double eps,
+                       double weight_decay);
+/* One step for every parameter that has a gradient. 0, or -1 (TG_ERR_NULL;
+ * TG_ERR_STATE, with no parameter changed, if a gradient's shape or dtype
+ * differs from its parameter's). */
+int tg_optim_step(tg_optim *opt);
+/* Forgets every parameter's gradient (PyTorch's set_to_none). NULL: no-op. */
+void tg_optim_zero_grad(tg_optim *opt);
+/* lr < 0 (or NaN) is TG_ERR_VALUE and keeps the old rate. */
+void tg_optim_set_lr(tg_optim *opt, double lr);
+double tg_optim_lr(const tg_optim *opt);
+/* Calls of tg_optim_step so far. */
+int64_t tg_optim_steps(const tg_optim *opt);
+/* The optimizer's state, added to out as new tensors (copies) named:
+ *   "step"                     int64 [], tg_optim_steps
+ *   "step.<param name>"        int64 [], the steps in which it had a gradient
+ *   "exp_avg.<...>", "exp_avg_sq.<...>"   Adam and AdamW
+ *   "momentum_buffer.<...>"    SGD with momentum != 0
+ * A name already in out is TG_ERR_VALUE and leaves out as it was.
+ * Loading takes the same names back (step counts of any dtype holding whole
+ * numbers, moments of any float dtype, converted): all or nothing, a missing
+ * name (TG_ERR_VALUE), a shape mismatch (TG_ERR_SHAPE) or a non-float moment
+ * (TG_ERR_DTYPE) changes nothing. Names it does not know are ignored, so one
+ * checkpoint may also hold the model. Saving and loading resume bit for bit. */
+int tg_optim_state(const tg_optim *opt, tg_params *out);
+int tg_optim_load_state(tg_optim *opt, const tg_params *state);
+void tg_optim_free(tg_optim *opt);
+
+/* Scales every gradient in ps so that their global L2 norm is at most
+ * max_norm, like torch.nn.utils.clip_grad_norm_: norm = sqrt(sum of g^2 over
+ * all gradients, accumulated in double), and when scale = max_norm /
+ * (norm + 1e-6) is below 1 (or NaN) every gradient is multiplied by it.
+ * Parameters without a gradient are skipped. Returns the norm before
+ * clipping, or -1 on error (TG_ERR_NULL; TG_ERR_VALUE for max_norm < 0). */
+double tg_clip_grad_norm(const tg_params *ps, double max_norm);
+
+/* The learning rate at step (0-based) of a linear warmup then a cosine decay:
+ *   step < warmup:           lr_max * (step + 1) / warmup
+ *   warmup <= step < total:  lr_min + 0.5 * (lr_max - lr_min) * (1 + cos(pi * p)),
+ *                            p = (step - warmup) / (total - warmup)
+ *   step >= total:           lr_min
+ * NAN with TG_ERR_VALUE when a count or a rate is negative. */
+double tg_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, double lr_max,
+                           double lr_min);
+
+/* ---- safetensors checkpoints (nn/safetensors.c) ------------------------------ */
+/* The format: 8-byte little-endian header length N, N bytes of JSON mapping
+ * each name to {"dtype": "F32"|"F64"|"I64"|"BOOL", "shape": [...],
+ * "data_offsets": [begin, end]} (plus an optional "__metadata__" object of
+ * strings), then the raw little-endian data. Files load in PyTorch's
+ * safetensors and back. */
+
+/* Writes the tensors of ps (any layout) to path atomically: a temporary file
+ * in the same directory, flushed and fsynced, then renamed over path, so a
+ * crash leaves the old file or the new one, never a mix. metadata may be
+ * NULL or a list of n_meta key/value pairs (keys[i], values[i]). */
+int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,
+                        const char *const *keys, const char *const *values);
+/* Reads every tensor of path into out (as new contiguous tensors, names as
+ * in the file). Rejects, with a message naming the problem and the file:
+ * a truncated file, a header length past the end, malformed JSON, an unknown
+ * dtype, a shape that does not match its byte range, offsets out of range or
+ * overlapping, duplicate names. On error out is left as it was. */
+int tg_safetensors_load(const char *path, tg_params *out);
+/* Copies the file's tensors into the tensors of ps, matched by name: all or
+ * nothing. A missing name, an unexpected name, or a shape or dtype mismatch
+ * is an error and changes no parameter. */
+int tg_safetensors_load_into(const char *path, const tg_params *ps);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,115 @@
+/* nn.LayerNorm: normalises the trailing dims given at construction, with an
+ * optional elementwise affine (weight ones, bias zeros, as in PyTorch). The
+ * arithmetic is the fused op tg_layer_norm. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "nn.h"
+
+/* A parameter the module owns outright (a private scope keeps an enclosing
+ * one from taking the reference), filled with value and requiring grad. */
+static tg_tensor *filled_param(tg_dtype dtype, int ndim, const int64_t *shape, double value)
+{
+    tg_scope_begin();
+    tg_tensor *t = tg_retain(tg_full(dtype, ndim, shape, value));
+    tg_scope_end();
+    if (t && tg_set_requires_grad(t, true) < 0) {
+        tg_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+static int check_new_args(int ndim, const int64_t *shape, double eps, tg_dtype dtype)
+{
+    if (ndim < 1 || ndim > TG_MAX_DIMS) {
+        tg__fail(TG_ERR_VALUE, "tg_layer_norm_new: ndim %d is not in [1, %d]", ndim, TG_MAX_DIMS);
+        return -1;
+    }
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] <= 0) {
+            tg__fail(TG_ERR_VALUE, "tg_layer_norm_new: shape %s has a non-positive size",
+                     tg__shape_str((char[96]){0}, 96, ndim, shape));
+            return -1;
+        }
+    if (!(eps > 0)) {
+        tg__fail(TG_ERR_VALUE, "tg_layer_norm_new: eps %g must be positive", eps);
+        return -1;
+    }
+    if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64) {
+        tg__fail(TG_ERR_DTYPE, "tg_layer_norm_new: dtype %s is not a float dtype",
+                 tg_dtype_name(dtype));
+        return -1;
+    }
+    return 0;
+}
+
+tg_layer_norm_module *tg_layer_norm_new(int ndim, const int64_t *shape, double eps, bool affine,
+                                        tg_dtype dtype)
+{
+    TG_CHECK_NULL(shape);
+    if (check_new_args(ndim, shape, eps, dtype) < 0)
+        return NULL;
+    tg_layer_norm_module *m = calloc(1, sizeof *m);
+    if (!m)
+        return tg__fail(TG_ERR_NOMEM, "tg_layer_norm_new: out of memory");
+    m->ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        m->shape[i] = shape[i];
+    m->eps = eps;
+    if (affine) {
+        bool was = tg_set_grad_enabled(false);
+        m->weight = filled_param(dtype, ndim, shape, 1.0);
+        m->bias = m->weight ? filled_param(dtype, ndim, shape, 0.0) : NULL;
+        tg_set_grad_enabled(was);
+        if (!m->bias) {
+            tg_layer_norm_free(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+/* x [..., *shape] -> the same shape */
+tg_tensor *tg_layer_norm_forward(const tg_layer_norm_module *m, const tg_tensor *x)
+{
+    TG_CHECK_NULL(m);
+    TG_CHECK_NULL(x);
+    bool fits = x->ndim >= m->ndim;
+    for (int i = 0; fits && i < m->ndim; i++)
+        fits = x->shape[x->ndim - m->ndim + i] == m->shape[i];
+    if (!fits)
+        return tg__fail(TG_ERR_SHAPE, "tg_layer_norm_forward: input %s does not end in %s",
+                        TG_SHAPE_STR(x), tg__shape_str((char[96]){0}, 96, m->ndim, m->shape));
+    return tg_layer_norm(x, m->ndim, m->weight, m->bias, m->eps);
+}
+
+int tg_layer_norm_params(const tg_layer_norm_module *m, const char *prefix, tg_params *ps)
+{
+    TG_CHECK_NULL_STATUS(m);
+    TG_CHECK_NULL_STATUS(ps);
+    if (!m->weight && !m->bias)
+        return 0;
+    if (m->weight && tg_params_add(ps, prefix, "weight", m->weight) < 0)
+        return -1;
+    if (m->bias && tg_params_add(ps, prefix, "bias", m->bias) < 0) {
+        if (m->weight) {
+            /* All or nothing: take the weight entry back out. */
+            ps->count--;
+            free(ps->names[ps->count]);
+            tg_release(ps->tensors[ps->count]);
+        }
+        return -1;
+    }
+    return 0;
+}
+
+void tg_layer_norm_free(tg_layer_norm_module *m)
+{
+    if (!m)
+        return;
+    tg_release(m->weight);
+    tg_release(m->bias);
+    free(m);
+}

@@ -1,0 +1,76 @@
+/* Scaled dot-product attention composed of ops: the one place the attention
+ * formula lives, shared by MultiheadAttention and the GPT's attention. */
+#include "internal.h"
+#include "nn.h"
+
+/* A bool [L, S] mask, true where key j comes after query i. */
+static tg_tensor *causal_mask(int64_t L, int64_t S)
+{
+    tg_tensor *m = tg_zeros(TG_BOOL, 2, (int64_t[]){L, S});
+    if (!m)
+        return NULL;
+    bool *p = tg_data(m);
+    for (int64_t i = 0; i < L; i++)
+        for (int64_t j = i + 1; j < S; j++)
+            p[i * S + j] = true;
+    return m;
+}
+
+static int check_inputs(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                        double dropout_p)
+{
+    const char *fn = "tg_scaled_dot_product_attention";
+    if (!q || !k || !v) {
+        tg__fail(TG_ERR_NULL, "%s: %s is NULL", fn, !q ? "q" : !k ? "k" : "v");
+        return -1;
+    }
+    if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2) {
+        tg__fail(TG_ERR_SHAPE, "%s: q %s, k %s and v %s need at least 2 dims", fn,
+                 TG_SHAPE_STR(q), TG_SHAPE_STR(k), TG_SHAPE_STR(v));
+        return -1;
+    }
+    if (q->shape[q->ndim - 1] != k->shape[k->ndim - 1] ||
+        k->shape[k->ndim - 2] != v->shape[v->ndim - 2]) {
+        tg__fail(TG_ERR_SHAPE, "%s: q %s, k %s and v %s do not fit (q and k share the last "
+                               "dim, k and v the key dim)",
+                 fn, TG_SHAPE_STR(q), TG_SHAPE_STR(k), TG_SHAPE_STR(v));
+        return -1;
+    }
+    if (!(dropout_p >= 0 && dropout_p < 1)) {
+        tg__fail(TG_ERR_VALUE, "%s: dropout_p = %g is outside [0, 1)", fn, dropout_p);
+        return -1;
+    }
+    return 0;
+}
+
+tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_tensor *k,
+                                           const tg_tensor *v, const tg_tensor *mask,
+                                           double dropout_p, bool is_causal, double scale,
+                                           tg_rng *rng, tg_tensor **weights)
+{
+    if (weights)
+        *weights = NULL;
+    if (check_inputs(q, k, v, dropout_p) < 0)
+        return NULL;
+    int64_t L = q->shape[q->ndim - 2], S = k->shape[k->ndim - 2], E = q->shape[q->ndim - 1];
+    if (scale <= 0)
+        scale = 1.0 / sqrt((double)(E ? E : 1));
+    tg_scope_begin();
+    tg_tensor *s = tg_mul_scalar(tg_matmul(q, tg_transpose(k, -2, -1)), scale); /* [..., L, S] */
+    if (mask && mask->dtype == TG_BOOL)
+        s = tg_masked_fill(s, mask, -INFINITY);
+    else if (mask)
+        s = tg_add(s, mask);
+    else if (is_causal)
+        s = tg_masked_fill(s, causal_mask(L, S), -INFINITY);
+    tg_tensor *w = tg_softmax(s, -1);
+    if (dropout_p > 0)
+        w = tg_dropout(w, dropout_p, true, rng);
+    tg_tensor *out = tg_matmul(w, v); /* [..., L, Ev] */
+    if (weights && out)
+        tg_retain(w);
+    out = tg_scope_end_keep(out);
+    if (weights && out)
+        *weights = tg__ret(w); /* to the caller's scope, like out */
+    return out;
+}
