@@ -9,6 +9,8 @@
 /* Below this many multiply-adds per matrix, the batch loop runs its GEMMs
  * on separate threads instead of leaving threads to each GEMM. */
 #define MM_SMALL (64.0 * 64.0 * 64.0)
+/* Below this much work in all, a thread team costs more than it saves. */
+#define MM_BATCH_MIN (1 << 20)
 
 /* The product's geometry: [batch..., m, k] @ [batch..., k, n], with the
  * output [batch..., m, n] less m when a is 1-D and less n when b is. */
@@ -155,8 +157,11 @@ static int mm_forward(const tg_tensor *a, const tg_tensor *b, const mm_shape *s,
     size_t es = tg_dtype_size(out->dtype);
     char *c = tg__ptr(out);
     int failed = 0;
-#pragma omp parallel for if (count > 1 && (double)m * (double)n * (double)k < MM_SMALL) \
-    reduction(+ : failed) schedule(static)
+    /* A stack of small products is split over threads, each running the
+     * built-in kernel; a large product is threaded inside GEMM instead. */
+    double work = (double)m * (double)n * (double)k;
+    bool batch_parallel = count > 1 && work < MM_SMALL && work * (double)count >= MM_BATCH_MIN;
+#pragma omp parallel for if (batch_parallel) reduction(+ : failed) schedule(static)
     for (int64_t i = 0; i < count; i++) {
         int64_t off_a = 0, off_b = 0, rest = i;
         for (int d = s->nb - 1; d >= 0 && count > 1; d--) {
@@ -165,7 +170,7 @@ static int mm_forward(const tg_tensor *a, const tg_tensor *b, const mm_shape *s,
             off_a += idx * oa.bstride[d];
             off_b += idx * ob.bstride[d];
         }
-        failed += tg__gemm(out->dtype, oa.trans, ob.trans, m, n, k, 1.0,
+        failed += tg__gemm(out->dtype, batch_parallel, oa.trans, ob.trans, m, n, k, 1.0,
                            oa.data + off_a * (int64_t)es, oa.ld, ob.data + off_b * (int64_t)es,
                            ob.ld, 0.0, c + i * m * n * (int64_t)es, n) < 0;
     }

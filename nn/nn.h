@@ -129,11 +129,20 @@ typedef struct {
     bool is_causal;                    /* mask the future (when attn_mask is NULL) */
 } tg_mha_options;
 
+/* Draws in_proj_weight, then out_proj.weight, from rng (PyTorch draws
+ * out_proj first: the distributions match, not the streams). The module
+ * starts in training mode, as in PyTorch, and keeps rng for dropout, so rng
+ * must outlive it. embed_dim not divisible by num_heads, or dropout outside
+ * [0, 1), is TG_ERR_VALUE. */
 tg_mha *tg_mha_new(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
                    tg_dtype dtype, tg_rng *rng);
-/* query [B, L, E], key and value [B, S, E] (or unbatched [L, E], [S, E]) ->
- * [B, L, E]. opts may be NULL (no masks, no weights). When opts->need_weights
- * and weights is not NULL, *weights receives the attention weights. */
+/* query [B, L, E], key and value [B, S, E] (or unbatched [L, E], [S, E], with
+ * key_padding_mask [S]) -> [B, L, E]. opts may be NULL (no masks, no
+ * weights). attn_mask and key_padding_mask combine: a key either masks is
+ * masked. When opts->need_weights and weights is not NULL, *weights receives
+ * the attention weights (after dropout, as PyTorch). A query whose every key
+ * is masked gets zero weights, so its output is out_proj.bias (PyTorch gives
+ * NaN). Bad shapes are TG_ERR_SHAPE, int64 masks TG_ERR_DTYPE. */
 tg_tensor *tg_mha_forward(const tg_mha *m, const tg_tensor *query, const tg_tensor *key,
                           const tg_tensor *value, const tg_mha_options *opts,
                           tg_tensor **weights);

@@ -108,14 +108,15 @@ int tg__dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doubl
     return blocked_f64(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-int tg__gemm(tg_dtype dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-             double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
-             void *c, int64_t ldc)
+int tg__gemm(tg_dtype dtype, bool builtin, bool trans_a, bool trans_b, int64_t m, int64_t n,
+             int64_t k, double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+             double beta, void *c, int64_t ldc)
 {
     if (dtype == TG_FLOAT32)
-        return tg__sgemm(trans_a, trans_b, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta,
-                         c, ldc);
+        return (builtin ? tg__sgemm_builtin : tg__sgemm)(trans_a, trans_b, m, n, k, (float)alpha,
+                                                         a, lda, b, ldb, (float)beta, c, ldc);
     if (dtype == TG_FLOAT64)
-        return tg__dgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return (builtin ? tg__dgemm_builtin : tg__dgemm)(trans_a, trans_b, m, n, k, alpha, a,
+                                                         lda, b, ldb, beta, c, ldc);
     return -1;
 }

@@ -28,10 +28,12 @@ int tg__dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doubl
               double *c, int64_t ldc);
 
 /* The same for a float dtype chosen at run time: a, b and c point to
- * elements of dtype (TG_FLOAT32 or TG_FLOAT64; anything else returns -1). */
-int tg__gemm(tg_dtype dtype, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-             double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
-             void *c, int64_t ldc);
+ * elements of dtype (TG_FLOAT32 or TG_FLOAT64; anything else returns -1).
+ * builtin forces the built-in kernel: for many small products run from
+ * several threads at once, where a threaded BLAS would only contend. */
+int tg__gemm(tg_dtype dtype, bool builtin, bool trans_a, bool trans_b, int64_t m, int64_t n,
+             int64_t k, double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+             double beta, void *c, int64_t ldc);
 
 /* The built-in kernel alone, whatever TG_HAVE_BLAS says: the tests check it
  * against a naive loop even in builds that use BLAS. Same contract. */

@@ -5,16 +5,6 @@
 
 #include <stdlib.h>
 
-/* Reads every element of t, row-major, as doubles into a malloc'd buffer. */
-static double *values_of(const tg_tensor *t)
-{
-    int64_t n = tg_numel(t);
-    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
-    ck_assert_ptr_nonnull(v);
-    ck_assert_int_eq(tg_copy_to(t, TG_FLOAT64, v, n), 0);
-    return v;
-}
-
 /* Naive reference: softmax of each row of a rows x cols row-major matrix,
  * in long double, max subtracted. */
 static void reference_softmax(const double *x, double *y, int rows, int cols)

@@ -3,15 +3,6 @@
  * PyTorch's initial distributions, gradients, names, errors and lifetimes. */
 #include "testutil.h"
 
-/* t's elements as doubles in a malloc'd array of tg_numel(t). */
-static double *values_of(const tg_tensor *t)
-{
-    int64_t n = tg_numel(t);
-    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
-    ck_assert_int_eq(tg_copy_to(t, TG_FLOAT64, v, n), 0);
-    return v;
-}
-
 /* a and b have the same shape and bit-for-bit the same values. */
 static void assert_same(const tg_tensor *a, const tg_tensor *b)
 {

@@ -109,6 +109,15 @@ static inline void fixture_path(char *buf, size_t size, const char *name)
     snprintf(buf, size, "%s/%s", dir ? dir : "tests/fixtures", name);
 }
 
+/* t's elements as doubles in a malloc'd array (free it). */
+static inline double *values_of(const tg_tensor *t)
+{
+    int64_t n = tg_numel(t);
+    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    ck_assert_int_eq(tg_copy_to(t, TG_FLOAT64, v, n), 0);
+    return v;
+}
+
 /* Tensors built value by value through tg_data, for tests of any dtype. */
 static inline int64_t shape_numel(int ndim, const int64_t *shape)
 {

@@ -1,0 +1,310 @@
+/* nn.MultiheadAttention (batch_first=True): packed q/k/v projections, heads
+ * split by views, the masks merged into one, scaled dot-product attention
+ * per head, and the output projection. PyTorch 1.13's
+ * multi_head_attention_forward is the reference for every step. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "nn.h"
+
+/* ---- construction -------------------------------------------------------------- */
+
+/* A leaf the caller owns outright (the private scope keeps an enclosing one
+ * from taking the reference), marked as requiring grad. */
+static tg_tensor *own_param(tg_tensor *t)
+{
+    t = tg_retain(t);
+    if (t && tg_set_requires_grad(t, true) < 0) {
+        tg_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* Draws from rng in this order: in_proj_weight [3E, E] from xavier_uniform
+ * (U(+-sqrt(6 / (E + 3E)))), then out_proj.weight [E, E] like nn.Linear
+ * (U(+-1/sqrt(E))). The biases are zeros and draw nothing. (PyTorch builds
+ * out_proj first, so its draws come in the other order; only the
+ * distributions match, not the streams.) */
+static int init_params(tg_mha *m, bool bias, tg_dtype dtype, tg_rng *rng)
+{
+    int64_t E = m->embed_dim;
+    bool was = tg_set_grad_enabled(false);
+    tg_scope_begin();
+    double xavier = sqrt(6.0 / (double)(E + 3 * E));
+    m->in_proj_weight = own_param(tg_uniform(rng, dtype, 2, (int64_t[]){3 * E, E}, -xavier, xavier));
+    if (m->in_proj_weight)
+        m->out_proj = tg_linear_new(E, E, false, dtype, rng);
+    if (m->out_proj && bias) {
+        m->in_proj_bias = own_param(tg_zeros(dtype, 1, (int64_t[]){3 * E}));
+        m->out_proj->bias = own_param(tg_zeros(dtype, 1, (int64_t[]){E}));
+    }
+    tg_scope_end();
+    tg_set_grad_enabled(was);
+    bool ok = m->in_proj_weight && m->out_proj && (!bias || (m->in_proj_bias && m->out_proj->bias));
+    return ok ? 0 : -1;
+}
+
+tg_mha *tg_mha_new(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
+                   tg_dtype dtype, tg_rng *rng)
+{
+    TG_CHECK_NULL(rng);
+    if (embed_dim <= 0 || num_heads <= 0)
+        return tg__fail(TG_ERR_VALUE, "tg_mha_new: embed_dim %lld and num_heads %lld must be "
+                        "positive", (long long)embed_dim, (long long)num_heads);
+    if (embed_dim % num_heads != 0)
+        return tg__fail(TG_ERR_VALUE, "tg_mha_new: embed_dim %lld is not divisible by "
+                        "num_heads %lld", (long long)embed_dim, (long long)num_heads);
+    if (!(dropout >= 0 && dropout < 1))
+        return tg__fail(TG_ERR_VALUE, "tg_mha_new: dropout %g is outside [0, 1)", dropout);
+    if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64)
+        return tg__fail(TG_ERR_DTYPE, "tg_mha_new: dtype %s is not a float dtype",
+                        tg_dtype_name(dtype));
+    tg_mha *m = calloc(1, sizeof *m);
+    if (!m)
+        return tg__fail(TG_ERR_NOMEM, "tg_mha_new: out of memory");
+    m->embed_dim = embed_dim;
+    m->num_heads = num_heads;
+    m->head_dim = embed_dim / num_heads;
+    m->dropout = dropout;
+    /* Training mode, as a fresh torch module; dropout then draws from rng. */
+    m->train = true;
+    m->rng = rng;
+    if (init_params(m, bias, dtype, rng) < 0) {
+        tg_mha_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* ---- argument checks ------------------------------------------------------------ */
+
+/* The module's tensors must fit its sizes: a struct built by hand (as the
+ * gradient check does) is checked like one from _new. */
+static int check_module(const tg_mha *m)
+{
+    const char *fn = "tg_mha_forward";
+    int64_t E = m->embed_dim, H = m->num_heads;
+    if (!m->in_proj_weight || !m->out_proj) {
+        tg__fail(TG_ERR_NULL, "%s: m->%s is NULL", fn, !m->in_proj_weight ? "in_proj_weight"
+                                                                          : "out_proj");
+        return -1;
+    }
+    if (E <= 0 || H <= 0 || m->head_dim * H != E) {
+        tg__fail(TG_ERR_VALUE, "%s: embed_dim %lld, num_heads %lld and head_dim %lld do not "
+                 "fit", fn, (long long)E, (long long)H, (long long)m->head_dim);
+        return -1;
+    }
+    const tg_tensor *w = m->in_proj_weight, *b = m->in_proj_bias;
+    if (w->ndim != 2 || w->shape[0] != 3 * E || w->shape[1] != E) {
+        tg__fail(TG_ERR_SHAPE, "%s: in_proj_weight %s is not [3 * embed_dim, embed_dim] with "
+                 "embed_dim %lld", fn, TG_SHAPE_STR(w), (long long)E);
+        return -1;
+    }
+    if (b && (b->ndim != 1 || b->shape[0] != 3 * E)) {
+        tg__fail(TG_ERR_SHAPE, "%s: in_proj_bias %s is not [3 * embed_dim] with embed_dim "
+                 "%lld", fn, TG_SHAPE_STR(b), (long long)E);
+        return -1;
+    }
+    return 0;
+}
+
+/* query [B, L, E], key and value [B, S, E] (all batched by now). */
+static int check_inputs(const tg_mha *m, const tg_tensor *q, const tg_tensor *k,
+                        const tg_tensor *v)
+{
+    const char *fn = "tg_mha_forward";
+    if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || q->shape[2] != m->embed_dim ||
+        k->shape[2] != m->embed_dim) {
+        tg__fail(TG_ERR_SHAPE, "%s: query %s, key %s and value %s must all be [B, *, "
+                 "embed_dim %lld] or all unbatched [*, embed_dim]", fn, TG_SHAPE_STR(q),
+                 TG_SHAPE_STR(k), TG_SHAPE_STR(v), (long long)m->embed_dim);
+        return -1;
+    }
+    bool same_kv = true;
+    for (int d = 0; d < 3; d++)
+        same_kv = same_kv && k->shape[d] == v->shape[d];
+    if (!same_kv || q->shape[0] != k->shape[0]) {
+        tg__fail(TG_ERR_SHAPE, "%s: key %s and value %s must have the same shape, and the "
+                 "batch size of query %s", fn, TG_SHAPE_STR(k), TG_SHAPE_STR(v), TG_SHAPE_STR(q));
+        return -1;
+    }
+    tg_dtype dt = m->in_proj_weight->dtype;
+    if (q->dtype != dt || k->dtype != dt || v->dtype != dt) {
+        tg__fail(TG_ERR_DTYPE, "%s: query, key and value (%s, %s, %s) must have the "
+                 "parameters' dtype %s", fn, tg_dtype_name(q->dtype), tg_dtype_name(k->dtype),
+                 tg_dtype_name(v->dtype), tg_dtype_name(dt));
+        return -1;
+    }
+    return 0;
+}
+
+/* attn_mask [L, S] or [B*H, L, S], key_padding_mask [B, S]; bool or float. */
+static int check_masks(const tg_mha *m, const tg_tensor *am, const tg_tensor *kpm, int64_t B,
+                       int64_t L, int64_t S)
+{
+    const char *fn = "tg_mha_forward";
+    if ((am && am->dtype == TG_INT64) || (kpm && kpm->dtype == TG_INT64)) {
+        tg__fail(TG_ERR_DTYPE, "%s: %s must be bool or float, not int64", fn,
+                 am && am->dtype == TG_INT64 ? "attn_mask" : "key_padding_mask");
+        return -1;
+    }
+    if (am && !(am->ndim == 2 && am->shape[0] == L && am->shape[1] == S) &&
+        !(am->ndim == 3 && am->shape[0] == B * m->num_heads && am->shape[1] == L &&
+          am->shape[2] == S)) {
+        tg__fail(TG_ERR_SHAPE, "%s: attn_mask %s is neither [L, S] = [%lld,%lld] nor "
+                 "[B * num_heads, L, S] = [%lld,%lld,%lld]", fn, TG_SHAPE_STR(am),
+                 (long long)L, (long long)S, (long long)(B * m->num_heads), (long long)L,
+                 (long long)S);
+        return -1;
+    }
+    if (kpm && !(kpm->ndim == 2 && kpm->shape[0] == B && kpm->shape[1] == S)) {
+        tg__fail(TG_ERR_SHAPE, "%s: key_padding_mask %s is not [B, S] = [%lld,%lld]", fn,
+                 TG_SHAPE_STR(kpm), (long long)B, (long long)S);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- forward -------------------------------------------------------------------- */
+
+/* A mask as something to add to the scores, in dtype: -inf where a bool
+ * mask is true. Called inside the forward's scope. */
+static tg_tensor *additive(const tg_tensor *mask, tg_dtype dtype)
+{
+    if (mask->dtype == TG_BOOL)
+        return tg_masked_fill(tg_zeros(dtype, mask->ndim, mask->shape), mask, -INFINITY);
+    return mask->dtype == dtype ? (tg_tensor *)mask : tg_to_dtype(mask, dtype);
+}
+
+/* The one mask the heads see, broadcasting to [B, H, L, S], or NULL:
+ * attn_mask (or the causal mask) combined with key_padding_mask. A bool
+ * mask alone goes through as it is; two are added as floats, so -inf from
+ * either masks the score (PyTorch's logical_or / masked_fill). */
+static tg_tensor *merged_mask(const tg_mha *m, const tg_tensor *am, const tg_tensor *kpm,
+                              bool is_causal, tg_dtype dtype, int64_t B, int64_t L, int64_t S)
+{
+    tg_tensor *a = (tg_tensor *)am;
+    if (!a && is_causal) {
+        /* Rows [0, L) and columns [0, S) of the square mask: true where j > i. */
+        int64_t n = L > S ? L : S;
+        a = tg_narrow(tg_narrow(tg_causal_mask(n), 0, 0, L), 1, 0, S);
+    }
+    if (a && a->ndim == 3)
+        a = tg_reshape(a, 4, (int64_t[]){B, m->num_heads, L, S});
+    tg_tensor *p = kpm ? tg_reshape(kpm, 4, (int64_t[]){B, 1, 1, S}) : NULL;
+    if (!p || !a) {
+        tg_tensor *one = a ? a : p;
+        return one && one->dtype != TG_BOOL ? additive(one, dtype) : one;
+    }
+    return tg_add(additive(a, dtype), additive(p, dtype));
+}
+
+/* x [B, T, E] -> rows [i*E, (i+1)*E) of the packed projection, split into
+ * heads: [B, H, T, Dh], a view of the projection. */
+static tg_tensor *project_heads(const tg_mha *m, const tg_tensor *x, int i)
+{
+    int64_t E = m->embed_dim, B = x->shape[0], T = x->shape[1];
+    tg_tensor *w = tg_narrow(m->in_proj_weight, 0, i * E, E); /* [E, E] */
+    tg_tensor *y = tg_matmul(x, tg_transpose(w, 0, 1));       /* [B, T, E] */
+    if (m->in_proj_bias)
+        y = tg_add(y, tg_narrow(m->in_proj_bias, 0, i * E, E));
+    y = tg_reshape(y, 4, (int64_t[]){B, T, m->num_heads, m->head_dim});
+    return tg_transpose(y, 1, 2);
+}
+
+tg_tensor *tg_mha_forward(const tg_mha *m, const tg_tensor *query, const tg_tensor *key,
+                          const tg_tensor *value, const tg_mha_options *opts,
+                          tg_tensor **weights)
+{
+    if (weights)
+        *weights = NULL;
+    TG_CHECK_NULL(m);
+    TG_CHECK_NULL(query);
+    TG_CHECK_NULL(key);
+    TG_CHECK_NULL(value);
+    if (check_module(m) < 0)
+        return NULL;
+    const tg_mha_options none = {0};
+    if (!opts)
+        opts = &none;
+    bool unbatched = query->ndim == 2 && key->ndim == 2 && value->ndim == 2;
+    bool want_w = opts->need_weights && weights;
+    tg_scope_begin();
+    const tg_tensor *q = query, *k = key, *v = value, *kpm = opts->key_padding_mask;
+    if (unbatched) {
+        /* Batch of one: an unbatched key_padding_mask is [S]. */
+        q = tg_unsqueeze(q, 0), k = tg_unsqueeze(k, 0), v = tg_unsqueeze(v, 0);
+        if (kpm && kpm->ndim == 1)
+            kpm = tg_unsqueeze(kpm, 0);
+    }
+    if (check_inputs(m, q, k, v) < 0 ||
+        check_masks(m, opts->attn_mask, kpm, q->shape[0], q->shape[1], k->shape[1]) < 0) {
+        tg_scope_end();
+        return NULL;
+    }
+    int64_t B = q->shape[0], L = q->shape[1], S = k->shape[1];
+    tg_tensor *mask = merged_mask(m, opts->attn_mask, kpm, opts->is_causal, q->dtype, B, L, S);
+    tg_tensor *w = NULL; /* [B, H, L, S] */
+    double p = m->train ? m->dropout : 0;
+    tg_tensor *o = tg_scaled_dot_product_attention(project_heads(m, q, 0), project_heads(m, k, 1),
+                                                   project_heads(m, v, 2), mask, p, false, 0,
+                                                   m->rng, want_w ? &w : NULL);
+    /* [B, H, L, Dh] -> [B, L, H, Dh] -> [B, L, E] (reshape copies the heads together). */
+    o = tg_reshape(tg_transpose(o, 1, 2), 3, (int64_t[]){B, L, m->embed_dim});
+    o = tg_linear_forward(m->out_proj, o);
+    if (want_w && opts->average_attn_weights)
+        w = tg_mean(w, (int[]){1}, 1, false);
+    if (unbatched) {
+        o = tg_squeeze(o, 0);
+        w = want_w ? tg_squeeze(w, 0) : NULL;
+    }
+    if (want_w && o)
+        tg_retain(w);
+    o = tg_scope_end_keep(o);
+    if (want_w && o)
+        *weights = tg__ret(w); /* to the caller's scope, like o */
+    return o;
+}
+
+int tg_mha_params(const tg_mha *m, const char *prefix, tg_params *ps)
+{
+    TG_CHECK_NULL_STATUS(m);
+    TG_CHECK_NULL_STATUS(ps);
+    int start = ps->count;
+    bool has = prefix && *prefix;
+    size_t n = (has ? strlen(prefix) + 1 : 0) + sizeof "out_proj";
+    char *sub = malloc(n);
+    if (!sub) {
+        tg__fail(TG_ERR_NOMEM, "tg_mha_params: out of memory");
+        return -1;
+    }
+    snprintf(sub, n, "%s%sout_proj", has ? prefix : "", has ? "." : "");
+    int rc = 0;
+    if (tg_params_add(ps, prefix, "in_proj_weight", m->in_proj_weight) < 0 ||
+        (m->in_proj_bias && tg_params_add(ps, prefix, "in_proj_bias", m->in_proj_bias) < 0) ||
+        tg_linear_params(m->out_proj, sub, ps) < 0) {
+        /* All or nothing: take back what was added. */
+        while (ps->count > start) {
+            ps->count--;
+            free(ps->names[ps->count]);
+            tg_release(ps->tensors[ps->count]);
+        }
+        rc = -1;
+    }
+    free(sub);
+    return rc;
+}
+
+void tg_mha_free(tg_mha *m)
+{
+    if (!m)
+        return;
+    tg_release(m->in_proj_weight);
+    tg_release(m->in_proj_bias);
+    tg_linear_free(m->out_proj);
+    free(m);
+}

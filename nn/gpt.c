@@ -1,0 +1,602 @@
+/* GPT-2 as in nanoGPT: token and position embeddings, pre-norm blocks of
+ * causal self-attention and a GELU MLP, a final LayerNorm and an LM head tied
+ * to the token embedding; generation with a per-layer KV cache. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "nn.h"
+
+/* One transformer block; Linear weights are [out, in]. */
+typedef struct {
+    tg_layer_norm_module *ln_1, *ln_2;
+    tg_linear *c_attn;    /* d -> 3d: q, k and v side by side */
+    tg_linear *attn_proj; /* d -> d ("attn.c_proj") */
+    tg_linear *c_fc;      /* d -> 4d */
+    tg_linear *mlp_proj;  /* 4d -> d ("mlp.c_proj") */
+} gpt_block;
+
+struct tg_gpt {
+    tg_gpt_config config;
+    bool train;                     /* dropout on when true (the default, as in PyTorch) */
+    tg_rng *drop_rng;               /* owned: dropout masks, seeded from the init rng */
+    tg_embedding_module *wte, *wpe; /* [vocab, d], [block_size, d] */
+    gpt_block *h;                   /* n_layer blocks */
+    tg_layer_norm_module *ln_f;
+};
+
+/* Keys and values of the positions seen so far in generation, per layer:
+ * [n_head, block_size, head_dim] each, filled from position 0 up. */
+typedef struct {
+    tg_tensor *k, *v;
+} kv_cache;
+
+/* ---- construction ------------------------------------------------------------ */
+
+/* A leaf N(0, std^2) the caller owns outright (the private scope keeps an
+ * enclosing one from taking it), requiring grad. */
+static tg_tensor *normal_param(tg_rng *rng, tg_dtype dtype, int ndim, const int64_t *shape,
+                               double std)
+{
+    tg_scope_begin();
+    tg_tensor *t = tg_retain(tg_mul_scalar(tg_randn(rng, dtype, ndim, shape), std));
+    tg_scope_end();
+    if (t && tg_set_requires_grad(t, true) < 0) {
+        tg_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+static tg_tensor *zero_param(tg_dtype dtype, int64_t n)
+{
+    tg_scope_begin();
+    tg_tensor *t = tg_retain(tg_zeros(dtype, 1, (int64_t[]){n}));
+    tg_scope_end();
+    if (t && tg_set_requires_grad(t, true) < 0) {
+        tg_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* A Linear with GPT-2's init: weight N(0, std^2), bias zeros. */
+static tg_linear *gpt_linear(int64_t in, int64_t out, double std, tg_dtype dtype, tg_rng *rng)
+{
+    tg_linear *m = calloc(1, sizeof *m);
+    if (!m)
+        return tg__fail(TG_ERR_NOMEM, "tg_gpt_new: out of memory");
+    m->in_features = in;
+    m->out_features = out;
+    m->weight = normal_param(rng, dtype, 2, (int64_t[]){out, in}, std);
+    m->bias = m->weight ? zero_param(dtype, out) : NULL;
+    if (!m->bias) {
+        tg_linear_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static tg_embedding_module *gpt_embedding(int64_t num, int64_t dim, tg_dtype dtype, tg_rng *rng)
+{
+    tg_embedding_module *m = calloc(1, sizeof *m);
+    if (!m)
+        return tg__fail(TG_ERR_NOMEM, "tg_gpt_new: out of memory");
+    m->num_embeddings = num;
+    m->embedding_dim = dim;
+    m->weight = normal_param(rng, dtype, 2, (int64_t[]){num, dim}, 0.02);
+    if (!m->weight) {
+        tg_embedding_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static int check_config(const tg_gpt_config *c, tg_dtype dtype)
+{
+    const struct {
+        const char *name;
+        int64_t value;
+    } sizes[] = {{"vocab_size", c->vocab_size}, {"block_size", c->block_size},
+                 {"n_layer", c->n_layer},       {"n_head", c->n_head},
+                 {"n_embd", c->n_embd}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i].value <= 0) {
+            tg__fail(TG_ERR_VALUE, "tg_gpt_new: %s = %lld must be positive", sizes[i].name,
+                     (long long)sizes[i].value);
+            return -1;
+        }
+    if (c->n_layer > 1 << 20) {
+        tg__fail(TG_ERR_VALUE, "tg_gpt_new: n_layer = %lld is too large", (long long)c->n_layer);
+        return -1;
+    }
+    if (c->n_embd % c->n_head != 0) {
+        tg__fail(TG_ERR_VALUE, "tg_gpt_new: n_embd = %lld is not a multiple of n_head = %lld",
+                 (long long)c->n_embd, (long long)c->n_head);
+        return -1;
+    }
+    if (!(c->dropout >= 0 && c->dropout < 1)) {
+        tg__fail(TG_ERR_VALUE, "tg_gpt_new: dropout = %g is outside [0, 1)", c->dropout);
+        return -1;
+    }
+    if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64) {
+        tg__fail(TG_ERR_DTYPE, "tg_gpt_new: dtype %s is not a float dtype", tg_dtype_name(dtype));
+        return -1;
+    }
+    return 0;
+}
+
+/* Draws in a fixed order: wte, wpe, then per block c_attn.weight,
+ * attn.c_proj.weight, c_fc.weight, mlp.c_proj.weight; finally one number
+ * seeds the model's dropout generator. The residual projections get
+ * std 0.02/sqrt(2 n_layer) (GPT-2's scaling for the residual stream). */
+static int init_weights(tg_gpt *m, tg_dtype dtype, tg_rng *rng)
+{
+    const tg_gpt_config *c = &m->config;
+    int64_t d = c->n_embd;
+    double proj_std = 0.02 / sqrt(2.0 * (double)c->n_layer);
+    m->wte = gpt_embedding(c->vocab_size, d, dtype, rng);
+    m->wpe = m->wte ? gpt_embedding(c->block_size, d, dtype, rng) : NULL;
+    if (!m->wpe)
+        return -1;
+    for (int64_t l = 0; l < c->n_layer; l++) {
+        gpt_block *b = &m->h[l];
+        b->ln_1 = tg_layer_norm_new(1, &d, 1e-5, true, dtype);
+        b->c_attn = b->ln_1 ? gpt_linear(d, 3 * d, 0.02, dtype, rng) : NULL;
+        b->attn_proj = b->c_attn ? gpt_linear(d, d, proj_std, dtype, rng) : NULL;
+        b->ln_2 = b->attn_proj ? tg_layer_norm_new(1, &d, 1e-5, true, dtype) : NULL;
+        b->c_fc = b->ln_2 ? gpt_linear(d, 4 * d, 0.02, dtype, rng) : NULL;
+        b->mlp_proj = b->c_fc ? gpt_linear(4 * d, d, proj_std, dtype, rng) : NULL;
+        if (!b->mlp_proj)
+            return -1;
+    }
+    m->ln_f = tg_layer_norm_new(1, &d, 1e-5, true, dtype);
+    if (!m->ln_f)
+        return -1;
+    m->drop_rng = tg_rng_new(tg_rng_next(rng));
+    if (!m->drop_rng) {
+        tg__fail(TG_ERR_NOMEM, "tg_gpt_new: out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+tg_gpt *tg_gpt_new(const tg_gpt_config *config, tg_dtype dtype, tg_rng *rng)
+{
+    TG_CHECK_NULL(config);
+    TG_CHECK_NULL(rng);
+    if (check_config(config, dtype) < 0)
+        return NULL;
+    tg_gpt *m = calloc(1, sizeof *m);
+    if (m)
+        m->h = calloc((size_t)config->n_layer, sizeof *m->h);
+    if (!m || !m->h) {
+        free(m);
+        return tg__fail(TG_ERR_NOMEM, "tg_gpt_new: out of memory");
+    }
+    m->config = *config;
+    m->train = true;
+    bool was = tg_set_grad_enabled(false);
+    int rc = init_weights(m, dtype, rng);
+    tg_set_grad_enabled(was);
+    if (rc < 0) {
+        tg_gpt_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+const tg_gpt_config *tg_gpt_config_of(const tg_gpt *m)
+{
+    TG_CHECK_NULL(m);
+    return &m->config;
+}
+
+void tg_gpt_set_train(tg_gpt *m, bool train)
+{
+    if (m)
+        m->train = train;
+}
+
+void tg_gpt_free(tg_gpt *m)
+{
+    if (!m)
+        return;
+    for (int64_t l = 0; m->h && l < m->config.n_layer; l++) {
+        gpt_block *b = &m->h[l];
+        tg_layer_norm_free(b->ln_1);
+        tg_layer_norm_free(b->ln_2);
+        tg_linear_free(b->c_attn);
+        tg_linear_free(b->attn_proj);
+        tg_linear_free(b->c_fc);
+        tg_linear_free(b->mlp_proj);
+    }
+    free(m->h);
+    tg_embedding_free(m->wte);
+    tg_embedding_free(m->wpe);
+    tg_layer_norm_free(m->ln_f);
+    tg_rng_free(m->drop_rng);
+    free(m);
+}
+
+/* ---- parameters ------------------------------------------------------------------ */
+
+/* Takes the entries from start on back out of ps: params are all or nothing. */
+static void truncate_params(tg_params *ps, int start)
+{
+    while (ps->count > start) {
+        ps->count--;
+        free(ps->names[ps->count]);
+        tg_release(ps->tensors[ps->count]);
+    }
+}
+
+static int block_params(const gpt_block *b, int64_t l, tg_params *ps)
+{
+    char p[96];
+#define BLOCK_PREFIX(part) (snprintf(p, sizeof p, "transformer.h.%lld." part, (long long)l), p)
+    if (tg_layer_norm_params(b->ln_1, BLOCK_PREFIX("ln_1"), ps) < 0 ||
+        tg_linear_params(b->c_attn, BLOCK_PREFIX("attn.c_attn"), ps) < 0 ||
+        tg_linear_params(b->attn_proj, BLOCK_PREFIX("attn.c_proj"), ps) < 0 ||
+        tg_layer_norm_params(b->ln_2, BLOCK_PREFIX("ln_2"), ps) < 0 ||
+        tg_linear_params(b->c_fc, BLOCK_PREFIX("mlp.c_fc"), ps) < 0 ||
+        tg_linear_params(b->mlp_proj, BLOCK_PREFIX("mlp.c_proj"), ps) < 0)
+        return -1;
+#undef BLOCK_PREFIX
+    return 0;
+}
+
+/* PyTorch's state-dict order, without lm_head.weight (it is wte's weight). */
+int tg_gpt_params(const tg_gpt *m, tg_params *ps)
+{
+    TG_CHECK_NULL_STATUS(m);
+    TG_CHECK_NULL_STATUS(ps);
+    int start = ps->count;
+    int rc = tg_embedding_params(m->wte, "transformer.wte", ps);
+    if (rc == 0)
+        rc = tg_embedding_params(m->wpe, "transformer.wpe", ps);
+    for (int64_t l = 0; rc == 0 && l < m->config.n_layer; l++)
+        rc = block_params(&m->h[l], l, ps);
+    if (rc == 0)
+        rc = tg_layer_norm_params(m->ln_f, "transformer.ln_f", ps);
+    if (rc < 0)
+        truncate_params(ps, start);
+    return rc;
+}
+
+/* ---- forward ----------------------------------------------------------------------- */
+/* These run inside the caller's scope: intermediates are released at its end. */
+
+static tg_tensor *maybe_dropout(const tg_gpt *m, tg_tensor *x, double p)
+{
+    return p > 0 ? tg_dropout(x, p, true, m->drop_rng) : x;
+}
+
+/* [B, T, d] slice of the fused qkv -> heads [B, H, T, Dh], as a view when it can be. */
+static tg_tensor *split_heads(const tg_tensor *x, int64_t B, int64_t T, int64_t H, int64_t Dh)
+{
+    return tg_transpose(tg_reshape(x, 4, (int64_t[]){B, T, H, Dh}), 1, 2);
+}
+
+/* Copies k and v [1, H, T, Dh] into the cache at positions pos0..pos0+T-1.
+ * Runs with grad mode off (generation only). */
+static int cache_write(kv_cache *c, const tg_tensor *k, const tg_tensor *v, int64_t pos0)
+{
+    if (!k || !v)
+        return -1;
+    int64_t H = c->k->shape[0], S = c->k->shape[1], Dh = c->k->shape[2], T = k->shape[2];
+    size_t row = (size_t)Dh * tg_dtype_size(k->dtype);
+    const tg_tensor *src[2] = {k, v};
+    tg_tensor *dst[2] = {c->k, c->v};
+    for (int i = 0; i < 2; i++) {
+        tg_tensor *s = tg__contiguous(src[i]);
+        if (!s)
+            return -1;
+        char *to = tg__ptr(dst[i]);
+        const char *from = tg__ptr(s);
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t t = 0; t < T; t++)
+                memcpy(to + (size_t)(h * S + pos0 + t) * row, from + (size_t)(h * T + t) * row,
+                       row);
+        tg_release(s);
+    }
+    return 0;
+}
+
+/* Causal self-attention: x [B, T, d] -> [B, T, d]. With a cache (B = 1,
+ * generation) the new keys and values go in at positions pos0.. and the
+ * queries attend over all pos0 + T cached positions; T > 1 only with
+ * pos0 = 0, so is_causal's mask (key j > query i) is the right one. */
+static tg_tensor *attention(const tg_gpt *m, const gpt_block *b, const tg_tensor *x,
+                            kv_cache *cache, int64_t pos0, double p)
+{
+    int64_t B = x->shape[0], T = x->shape[1], d = m->config.n_embd, H = m->config.n_head;
+    int64_t Dh = d / H;
+    tg_tensor *qkv = tg_linear_forward(b->c_attn, x); /* [B, T, 3d] */
+    tg_tensor *q = split_heads(tg_narrow(qkv, 2, 0, d), B, T, H, Dh);
+    tg_tensor *k = split_heads(tg_narrow(qkv, 2, d, d), B, T, H, Dh);
+    tg_tensor *v = split_heads(tg_narrow(qkv, 2, 2 * d, d), B, T, H, Dh);
+    if (cache) {
+        if (cache_write(cache, k, v, pos0) < 0)
+            return NULL;
+        k = tg_unsqueeze(tg_narrow(cache->k, 1, 0, pos0 + T), 0); /* [1, H, S, Dh] */
+        v = tg_unsqueeze(tg_narrow(cache->v, 1, 0, pos0 + T), 0);
+    }
+    tg_tensor *y = tg_scaled_dot_product_attention(q, k, v, NULL, p, T > 1, 0, m->drop_rng,
+                                                   NULL); /* [B, H, T, Dh] */
+    y = tg_reshape(tg_transpose(y, 1, 2), 3, (int64_t[]){B, T, d});
+    return maybe_dropout(m, tg_linear_forward(b->attn_proj, y), p);
+}
+
+/* x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)) */
+static tg_tensor *block_forward(const tg_gpt *m, const gpt_block *b, tg_tensor *x,
+                                kv_cache *cache, int64_t pos0, double p)
+{
+    tg_tensor *a = tg_layer_norm_forward(b->ln_1, x);
+    x = tg_add(x, a ? attention(m, b, a, cache, pos0, p) : NULL);
+    tg_tensor *h = tg_gelu(tg_linear_forward(b->c_fc, tg_layer_norm_forward(b->ln_2, x)),
+                           TG_GELU_TANH); /* [B, T, 4d] */
+    return tg_add(x, maybe_dropout(m, tg_linear_forward(b->mlp_proj, h), p));
+}
+
+/* idx int64 [B, T] at positions pos0.. -> final hidden states [B, T, d]
+ * after ln_f. caches is NULL, or n_layer caches for generation. */
+static tg_tensor *trunk(const tg_gpt *m, const tg_tensor *idx, kv_cache *caches, int64_t pos0,
+                        double p)
+{
+    int64_t T = idx->shape[1];
+    tg_tensor *pos = tg_zeros(TG_INT64, 1, (int64_t[]){T});
+    if (!pos)
+        return NULL;
+    int64_t *pp = tg_data(pos);
+    for (int64_t t = 0; t < T; t++)
+        pp[t] = pos0 + t;
+    tg_tensor *x = tg_add(tg_embedding_forward(m->wte, idx), tg_embedding_forward(m->wpe, pos));
+    x = maybe_dropout(m, x, p);
+    for (int64_t l = 0; x && l < m->config.n_layer; l++)
+        x = block_forward(m, &m->h[l], x, caches ? &caches[l] : NULL, pos0, p);
+    return tg_layer_norm_forward(m->ln_f, x);
+}
+
+/* The tied LM head: x [..., d] @ wte^T -> [..., vocab]. */
+static tg_tensor *lm_head(const tg_gpt *m, const tg_tensor *x)
+{
+    return tg_matmul(x, tg_transpose(m->wte->weight, 0, 1));
+}
+
+/* idx: int64 [B, T] with 1 <= T <= block_size and tokens in [0, vocab). */
+static int check_idx(const tg_gpt *m, const tg_tensor *idx)
+{
+    if (idx->dtype != TG_INT64) {
+        tg__fail(TG_ERR_DTYPE, "tg_gpt_forward: idx dtype %s is not int64",
+                 tg_dtype_name(idx->dtype));
+        return -1;
+    }
+    if (idx->ndim != 2 || idx->shape[1] < 1 || idx->shape[1] > m->config.block_size) {
+        tg__fail(TG_ERR_SHAPE, "tg_gpt_forward: idx %s is not [B, T] with 1 <= T <= "
+                 "block_size %lld", TG_SHAPE_STR(idx), (long long)m->config.block_size);
+        return -1;
+    }
+    tg_tensor *c = tg__contiguous(idx);
+    if (!c)
+        return -1;
+    const int64_t *p = tg__ptr(c);
+    int rc = 0;
+    for (int64_t i = 0; i < tg_numel(c) && rc == 0; i++)
+        if (p[i] < 0 || p[i] >= m->config.vocab_size) {
+            tg__fail(TG_ERR_INDEX, "tg_gpt_forward: token %lld at flat position %lld is "
+                     "outside [0, vocab_size %lld)", (long long)p[i], (long long)i,
+                     (long long)m->config.vocab_size);
+            rc = -1;
+        }
+    tg_release(c);
+    return rc;
+}
+
+static int check_targets(const tg_tensor *idx, const tg_tensor *targets)
+{
+    if (targets->dtype != TG_INT64) {
+        tg__fail(TG_ERR_DTYPE, "tg_gpt_forward: targets dtype %s is not int64",
+                 tg_dtype_name(targets->dtype));
+        return -1;
+    }
+    if (targets->ndim != 2 || targets->shape[0] != idx->shape[0] ||
+        targets->shape[1] != idx->shape[1]) {
+        tg__fail(TG_ERR_SHAPE, "tg_gpt_forward: targets %s do not match idx %s",
+                 TG_SHAPE_STR(targets), TG_SHAPE_STR(idx));
+        return -1;
+    }
+    return 0;
+}
+
+tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor *targets,
+                          tg_tensor **loss)
+{
+    if (loss)
+        *loss = NULL;
+    TG_CHECK_NULL(m);
+    TG_CHECK_NULL(idx);
+    bool want_loss = targets && loss;
+    if (check_idx(m, idx) < 0 || (want_loss && check_targets(idx, targets) < 0))
+        return NULL;
+    int64_t B = idx->shape[0], T = idx->shape[1], V = m->config.vocab_size;
+    double p = m->train ? m->config.dropout : 0;
+    tg_scope_begin();
+    tg_tensor *logits = lm_head(m, trunk(m, idx, NULL, 0, p)); /* [B, T, V] */
+    tg_tensor *l = NULL;
+    if (want_loss && logits) {
+        /* Flattened to [B*T, V] against [B*T], as nanoGPT does; -1 marks padding. */
+        l = tg_retain(tg_cross_entropy(tg_reshape(logits, 2, (int64_t[]){B * T, V}),
+                                       tg_reshape(targets, 1, (int64_t[]){B * T}), -1));
+        if (!l)
+            logits = NULL;
+    }
+    logits = tg_scope_end_keep(logits);
+    if (l)
+        *loss = tg__ret(l); /* to the caller's scope, like logits */
+    return logits;
+}
+
+/* ---- generation ---------------------------------------------------------------------- */
+
+/* Runs tokens [T] at positions pos0.. through the model with the caches and
+ * writes the logits of the last one to row [vocab]. */
+static int next_logits(const tg_gpt *m, const int64_t *tokens, int64_t T, kv_cache *caches,
+                       int64_t pos0, double *row)
+{
+    tg_scope_begin();
+    tg_tensor *idx = tg_from_data(TG_INT64, 2, (int64_t[]){1, T}, tokens);
+    tg_tensor *x = idx ? trunk(m, idx, caches, pos0, 0) : NULL; /* [1, T, d] */
+    tg_tensor *logits = lm_head(m, tg_narrow(x, 1, T - 1, 1));   /* [1, 1, V] */
+    int rc = logits ? tg_copy_to(logits, TG_FLOAT64, row, m->config.vocab_size) : -1;
+    tg_scope_end();
+    return rc;
+}
+
+static int descending(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
+/* Picks a token from logits [V] (overwritten): argmax, or a draw from
+ * softmax(logits / temperature) restricted to the top_k largest (ties with
+ * the k-th kept, as in nanoGPT) by inverse CDF. scratch holds V doubles. */
+static int64_t sample(double *logits, int64_t V, const tg_sample_options *o, tg_rng *rng,
+                      double *scratch)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < V; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    if (o->greedy)
+        return best;
+    for (int64_t i = 0; i < V; i++)
+        logits[i] /= o->temperature;
+    if (o->top_k > 0 && o->top_k < V) {
+        memcpy(scratch, logits, (size_t)V * sizeof *scratch);
+        qsort(scratch, (size_t)V, sizeof *scratch, descending);
+        double kth = scratch[o->top_k - 1];
+        for (int64_t i = 0; i < V; i++)
+            if (logits[i] < kth)
+                logits[i] = -INFINITY;
+    }
+    double top = logits[best], total = 0;
+    for (int64_t i = 0; i < V; i++)
+        total += logits[i] = exp(logits[i] - top);
+    double u = tg_rng_uniform01(rng) * total, cum = 0;
+    int64_t last = best;
+    for (int64_t i = 0; i < V; i++) {
+        if (logits[i] > 0)
+            last = i;
+        cum += logits[i];
+        if (u < cum)
+            return i;
+    }
+    return last; /* rounding left u at the very top */
+}
+
+static int check_generate(const tg_gpt *m, const int64_t *prompt, int64_t prompt_len,
+                          int64_t n, const tg_sample_options *o, const tg_rng *rng)
+{
+    const char *fn = "tg_gpt_generate";
+    int64_t V = m->config.vocab_size;
+    if (prompt_len < 1 || n < 0 || n > INT64_MAX - prompt_len) {
+        tg__fail(TG_ERR_VALUE, "%s: prompt_len = %lld must be >= 1 and n = %lld >= 0", fn,
+                 (long long)prompt_len, (long long)n);
+        return -1;
+    }
+    for (int64_t i = 0; i < prompt_len; i++)
+        if (prompt[i] < 0 || prompt[i] >= V) {
+            tg__fail(TG_ERR_INDEX, "%s: prompt[%lld] = %lld is outside [0, vocab_size %lld)",
+                     fn, (long long)i, (long long)prompt[i], (long long)V);
+            return -1;
+        }
+    if (o->top_k < 0) {
+        tg__fail(TG_ERR_VALUE, "%s: top_k = %lld is negative", fn, (long long)o->top_k);
+        return -1;
+    }
+    if (!o->greedy && !(o->temperature > 0)) {
+        tg__fail(TG_ERR_VALUE, "%s: temperature = %g must be positive", fn, o->temperature);
+        return -1;
+    }
+    if (!o->greedy && !rng) {
+        tg__fail(TG_ERR_NULL, "%s: rng is NULL (needed unless greedy)", fn);
+        return -1;
+    }
+    return 0;
+}
+
+static void free_caches(kv_cache *c, int64_t n_layer)
+{
+    for (int64_t l = 0; c && l < n_layer; l++) {
+        tg_release(c[l].k);
+        tg_release(c[l].v);
+    }
+    free(c);
+}
+
+static kv_cache *new_caches(const tg_gpt *m)
+{
+    const tg_gpt_config *c = &m->config;
+    int64_t shape[3] = {c->n_head, c->block_size, c->n_embd / c->n_head};
+    kv_cache *kv = calloc((size_t)c->n_layer, sizeof *kv);
+    if (!kv)
+        return tg__fail(TG_ERR_NOMEM, "tg_gpt_generate: out of memory for the KV cache");
+    for (int64_t l = 0; l < c->n_layer; l++) {
+        kv[l].k = tg__empty(m->wte->weight->dtype, 3, shape);
+        kv[l].v = kv[l].k ? tg__empty(m->wte->weight->dtype, 3, shape) : NULL;
+        if (!kv[l].v) {
+            free_caches(kv, c->n_layer);
+            return NULL;
+        }
+    }
+    return kv;
+}
+
+/* The cache holds positions 0..cached-1 of the window out[w..len). A new
+ * token runs one position; when the sequence outgrows block_size the window
+ * becomes the last block_size tokens (nanoGPT's crop) and, since every
+ * position embedding shifts, the cache is rebuilt from the whole window. */
+int tg_gpt_generate(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
+                    const tg_sample_options *opts, tg_rng *rng, int64_t *out)
+{
+    TG_CHECK_NULL_STATUS(m);
+    TG_CHECK_NULL_STATUS(prompt);
+    TG_CHECK_NULL_STATUS(opts);
+    TG_CHECK_NULL_STATUS(out);
+    if (check_generate(m, prompt, prompt_len, n, opts, rng) < 0)
+        return -1;
+    memmove(out, prompt, (size_t)prompt_len * sizeof *out);
+    if (n == 0)
+        return 0;
+    int64_t V = m->config.vocab_size, block = m->config.block_size;
+    double *row = malloc((size_t)V * sizeof *row), *scratch = malloc((size_t)V * sizeof *row);
+    kv_cache *caches = row && scratch ? new_caches(m) : NULL;
+    if (!caches) {
+        free(row);
+        free(scratch);
+        if (tg_error_code() == TG_OK)
+            tg__fail(TG_ERR_NOMEM, "tg_gpt_generate: out of memory");
+        return -1;
+    }
+    bool was = tg_set_grad_enabled(false);
+    int64_t len = prompt_len, w = len > block ? len - block : 0, cached = 0;
+    int rc = 0;
+    for (int64_t i = 0; i < n && rc == 0; i++) {
+        if (len - w > block) {
+            w = len - block;
+            cached = 0;
+        }
+        rc = next_logits(m, out + w + cached, len - w - cached, caches, cached, row);
+        cached = len - w;
+        if (rc == 0)
+            out[len++] = sample(row, V, opts, rng, scratch);
+    }
+    tg_set_grad_enabled(was);
+    free_caches(caches, m->config.n_layer);
+    free(row);
+    free(scratch);
+    return rc;
+}
