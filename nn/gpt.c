@@ -193,6 +193,12 @@ const tg_gpt_config *tg_gpt_config_of(const tg_gpt *m)
     return &m->config;
 }
 
+tg_rng *tg_gpt_rng(const tg_gpt *m)
+{
+    TG_CHECK_NULL(m);
+    return m->drop_rng;
+}
+
 void tg_gpt_set_train(tg_gpt *m, bool train)
 {
     if (m)

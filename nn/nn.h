@@ -243,6 +243,10 @@ tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor
  * transformer.wte.weight and not listed twice). */
 int tg_gpt_params(const tg_gpt *m, tg_params *ps);
 void tg_gpt_set_train(tg_gpt *m, bool train);
+/* The generator the model's dropout draws from (owned by the model, seeded
+ * from the rng given to tg_gpt_new): save and restore its state, e.g. with
+ * tg_rng_state_tensor, to resume a run bit for bit. */
+tg_rng *tg_gpt_rng(const tg_gpt *m);
 
 typedef struct {
     double temperature; /* > 0; logits are divided by it */

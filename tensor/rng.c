@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct tg_rng {
     uint64_t s[4]; /* the whole state: saving these four words resumes a run */
@@ -72,4 +73,38 @@ void tg_rng_set_state(tg_rng *rng, const uint64_t state[4])
 {
     for (int i = 0; i < 4; i++)
         rng->s[i] = state[i];
+}
+
+tg_tensor *tg_rng_state_tensor(const tg_rng *rng)
+{
+    TG_CHECK_NULL(rng);
+    int64_t words[4];
+    memcpy(words, rng->s, sizeof words); /* the bits, not the values */
+    int64_t shape[1] = {4};
+    return tg_from_data(TG_INT64, 1, shape, words);
+}
+
+int tg_rng_set_state_tensor(tg_rng *rng, const tg_tensor *state)
+{
+    TG_CHECK_NULL_STATUS(rng);
+    TG_CHECK_NULL_STATUS(state);
+    if (state->dtype != TG_INT64) {
+        tg__fail(TG_ERR_DTYPE, "tg_rng_set_state_tensor: state must be int64, got %s",
+                 tg_dtype_name(state->dtype));
+        return -1;
+    }
+    if (tg__numel(state->ndim, state->shape) != 4) {
+        tg__fail(TG_ERR_SHAPE, "tg_rng_set_state_tensor: state %s does not hold 4 words",
+                 TG_SHAPE_STR(state));
+        return -1;
+    }
+    int64_t words[4];
+    if (tg_copy_to(state, TG_INT64, words, 4) < 0)
+        return -1;
+    if (!(words[0] | words[1] | words[2] | words[3])) {
+        tg__fail(TG_ERR_VALUE, "tg_rng_set_state_tensor: an all-zero state never leaves zero");
+        return -1;
+    }
+    memcpy(rng->s, words, sizeof words);
+    return 0;
 }

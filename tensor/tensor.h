@@ -126,6 +126,11 @@ double tg_rng_normal(tg_rng *rng);       /* standard normal */
 /* The generator's whole state, to save and restore a run bit for bit. */
 void tg_rng_get_state(const tg_rng *rng, uint64_t state[4]);
 void tg_rng_set_state(tg_rng *rng, const uint64_t state[4]);
+/* The same state as an int64 [4] tensor holding the four words' bits, to
+ * save in a checkpoint beside the parameters; and back from one (anything but
+ * an int64 tensor of 4 elements is TG_ERR_SHAPE or TG_ERR_DTYPE). */
+tg_tensor *tg_rng_state_tensor(const tg_rng *rng);
+int tg_rng_set_state_tensor(tg_rng *rng, const tg_tensor *state);
 
 /* Uniform in [low, high), and normal with mean and std: float dtypes. */
 tg_tensor *tg_uniform(tg_rng *rng, tg_dtype dtype, int ndim, const int64_t *shape,
