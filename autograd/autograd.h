@@ -49,8 +49,9 @@ int tg_set_requires_grad(tg_tensor *t, bool requires_grad);
 bool tg_requires_grad(const tg_tensor *t);
 /* True when no op made t (created tensors, detached tensors, parameters). */
 bool tg_is_leaf(const tg_tensor *t);
-/* The gradient accumulated in a leaf: a new reference, or NULL without an
- * error when backward has not reached it yet. */
+/* The gradient accumulated in a leaf: a new reference (which an open scope
+ * holds for you, as for every returned tensor), or NULL without an error
+ * when backward has not reached it yet. */
 tg_tensor *tg_grad(const tg_tensor *t);
 /* Forgets t's gradient, so the next backward starts from zero. */
 void tg_zero_grad(tg_tensor *t);
@@ -66,6 +67,20 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad_output);
  *   bool was = tg_set_grad_enabled(false); ...; tg_set_grad_enabled(was); */
 bool tg_set_grad_enabled(bool enabled);
 bool tg_grad_enabled(void);
+
+/* Anomaly mode, for finding where a NaN or Inf first appears; off by default,
+ * per thread. While it is on, every op checks its output: an output holding
+ * NaN, or holding +-Inf when none of the op's inputs does, is an error
+ * (TG_ERR_VALUE) naming the op and its inputs' shapes,
+ *   tg_log: anomaly: output holds NaN or Inf (inputs [2,3]; first -inf at 0)
+ * and the op returns NULL, so the chain stops at the first offender.
+ * tg_masked_fill is exempt from the Inf rule (writing -inf into masked places
+ * is its job), and -inf logits give softmax zeros, not an anomaly. tg_backward
+ * checks every gradient an op's backward produces the same way (any NaN or
+ * Inf) and fails naming that op. The scan costs one pass over each output.
+ * Returns the old mode. */
+bool tg_set_anomaly_mode(bool on);
+bool tg_anomaly_mode(void);
 
 /* A tensor sharing t's storage that is a leaf and does not require grad. */
 tg_tensor *tg_detach(const tg_tensor *t);

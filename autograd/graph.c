@@ -3,10 +3,12 @@
  * gradients into leaves and freeing the graph behind it. */
 #include "graph.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static _Thread_local bool grad_disabled;
+static _Thread_local bool anomaly_on;
 static _Thread_local tg_backward_observer observer;
 static _Thread_local void *observer_user;
 static _Thread_local int64_t visit_mark;
@@ -37,6 +39,142 @@ void tg__set_backward_observer(tg_backward_observer fn, void *user)
 {
     observer = fn;
     observer_user = user;
+}
+
+bool tg_set_anomaly_mode(bool on)
+{
+    bool was = anomaly_on;
+    anomaly_on = on;
+    return was;
+}
+
+bool tg_anomaly_mode(void) { return anomaly_on; }
+
+/* ---- failures: out of memory, anomalies ------------------------------------ */
+
+/* Storage allocation cannot know which op it serves, so its message starts
+ * "tensorgrad:"; when the failure is fresh, put the op's name there instead. */
+static void name_nomem(const char *who)
+{
+    if (!tg__take_nomem() || tg_error_code() != TG_ERR_NOMEM)
+        return;
+    static const char generic[] = "tensorgrad: ";
+    const char *m = tg_error_message();
+    if (strncmp(m, generic, sizeof generic - 1))
+        return;
+    char rest[512];
+    snprintf(rest, sizeof rest, "%s", m + sizeof generic - 1);
+    tg_error_clear();
+    tg__fail(TG_ERR_NOMEM, "%s: %s", who, rest);
+}
+
+/* An allocation that failed inside op's backward: whatever op reported it
+ * (its own kernels or a public op it called), say that backward was running. */
+static void name_backward_nomem(tg_op op)
+{
+    tg__take_nomem();
+    if (tg_error_code() != TG_ERR_NOMEM)
+        return;
+    static const char generic[] = "tensorgrad: ";
+    const char *m = tg_error_message();
+    if (!strncmp(m, generic, sizeof generic - 1))
+        m += sizeof generic - 1;
+    char rest[512];
+    snprintf(rest, sizeof rest, "%s", m);
+    tg_error_clear();
+    tg__fail(TG_ERR_NOMEM, "tg_backward: in the backward of %s: %s", tg_op_name(op), rest);
+}
+
+enum { HAS_NAN = 1, HAS_INF = 2 };
+
+/* Which non-finite values t holds (HAS_NAN | HAS_INF), with the first one and
+ * its row-major index in *first and *at. Non-float tensors hold none. */
+static int nonfinite(const tg_tensor *t, double *first, int64_t *at)
+{
+    if (!t || !tg__is_float(t->dtype))
+        return 0;
+    int64_t strides[1][TG_MAX_DIMS];
+    memcpy(strides[0], t->stride, sizeof strides[0]);
+    tg__iter it;
+    tg__iter_init(&it, t->ndim, t->shape, 1, (const int64_t(*)[TG_MAX_DIMS])strides);
+    if (!it.len)
+        return 0;
+    int found = 0;
+    int64_t row = 0;
+    do {
+        for (int64_t j = 0; j < it.len; j++) {
+            int64_t k = it.off[0] + j * it.inner[0];
+            double v = t->dtype == TG_FLOAT32 ? ((const float *)tg__ptr(t))[k]
+                                              : ((const double *)tg__ptr(t))[k];
+            if (isfinite(v))
+                continue;
+            if (!found) {
+                *first = v;
+                *at = row * it.len + j;
+            }
+            found |= isnan(v) ? HAS_NAN : HAS_INF;
+        }
+        row++;
+    } while (found != (HAS_NAN | HAS_INF) && tg__iter_next(&it));
+    return found;
+}
+
+/* "[2,3], [3], none" for the op's inputs. */
+static const char *shapes_str(char *buf, size_t size, int n, const tg_tensor *const *inputs)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && used < size; i++) {
+        char shape[96];
+        const char *s = inputs[i] ? tg__shape_str(shape, sizeof shape, inputs[i]->ndim,
+                                                  inputs[i]->shape) : "none";
+        used += (size_t)snprintf(buf + used, size - used, i ? ", %s" : "%s", s);
+    }
+    return buf;
+}
+
+/* Anomaly mode's check of an op's output (see autograd.h): true, with the
+ * error recorded, when out holds a NaN, or an Inf no input brought in. */
+static bool anomalous_output(const tg_tensor *out, tg_op op, int n,
+                             const tg_tensor *const *inputs)
+{
+    double first = 0;
+    int64_t at = 0;
+    int found = nonfinite(out, &first, &at);
+    if (!found)
+        return false;
+    if (!(found & HAS_NAN)) {
+        if (op == TG_OP_MASKED_FILL)
+            return false;
+        double v;
+        int64_t i;
+        for (int k = 0; k < n; k++)
+            if (nonfinite(inputs[k], &v, &i))
+                return false;
+    }
+    char shapes[256];
+    tg__fail(TG_ERR_VALUE, "tg_%s: anomaly: output holds NaN or Inf (inputs %s; first %g at "
+                           "element %lld of %s)", tg_op_name(op),
+             shapes_str(shapes, sizeof shapes, n, inputs), first, (long long)at,
+             TG_SHAPE_STR(out));
+    return true;
+}
+
+/* Anomaly mode's check of one gradient a backward function produced. */
+static bool anomalous_gradient(const tg_node *node, int i, const tg_tensor *g)
+{
+    double first = 0;
+    int64_t at = 0;
+    if (!nonfinite(g, &first, &at))
+        return false;
+    char shapes[256];
+    tg__fail(TG_ERR_VALUE, "tg_backward: anomaly: the gradient %s gave for input %d holds NaN "
+                           "or Inf (inputs %s; first %g at element %lld of %s)",
+             tg_op_name(node->op), i,
+             shapes_str(shapes, sizeof shapes, node->n_inputs,
+                        (const tg_tensor *const *)node->inputs),
+             first, (long long)at, TG_SHAPE_STR(g));
+    return true;
 }
 
 /* ---- leaves --------------------------------------------------------------- */
@@ -96,8 +234,17 @@ tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
 {
     if (node_out)
         *node_out = NULL;
-    if (!out)
+    if (!out) {
+        char who[64];
+        snprintf(who, sizeof who, "tg_%s", tg_op_name(op));
+        name_nomem(who);
         return NULL;
+    }
+    tg__take_nomem(); /* a failure the op got over is not ours to name */
+    if (anomaly_on && anomalous_output(out, op, n, inputs)) {
+        tg_release(out);
+        return NULL;
+    }
     if (!tg__needs_grad(n, inputs))
         return tg__ret(out);
     tg_node *node = calloc(1, sizeof *node);
@@ -268,12 +415,27 @@ static int run_node(tg_node *node)
         return -1;
     }
     int rc = 0;
+    tg__take_nomem();
     tg_scope_begin();
-    if (node->backward(node, node->grad, gs) < 0)
+    bool clean = tg_error_code() == TG_OK;
+    /* The ops a backward runs are checked as the gradient they make, below,
+     * so that the anomaly names the op whose backward it is. */
+    bool anomaly = anomaly_on;
+    anomaly_on = false;
+    int brc = node->backward(node, node->grad, gs);
+    anomaly_on = anomaly;
+    if (brc < 0) {
+        if (clean)
+            name_backward_nomem(node->op);
         rc = -1;
+    }
     for (int i = 0; rc == 0 && i < node->n_inputs; i++) {
         if (!node->needs[i])
             continue;
+        if (anomaly && anomalous_gradient(node, i, gs[i])) {
+            rc = -1;
+            break;
+        }
         tg_tensor *g = fit_gradient(node, i, gs[i]);
         if (!g || accumulate(node->inputs[i], g) < 0)
             rc = -1;
@@ -410,5 +572,7 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad_output)
     }
     tg_scope_end();
     tg_set_grad_enabled(was_enabled);
+    if (rc < 0)
+        name_nomem("tg_backward");
     return rc;
 }

@@ -123,10 +123,11 @@ tg_tensor *tg_cross_entropy(const tg_tensor *logits, const tg_tensor *targets,
     ce_geometry g = ce_geometry_of(logits, targets);
     tg_tensor *lse = tg__empty(TG_FLOAT64, 1, (int64_t[]){g.rows});
     tg_tensor *out = tg__empty(logits->dtype, 0, NULL);
-    if (!lse || !out) {
+    if (!lse || !out) { /* through tg__finish, which names the op in the error */
         tg_release(lse);
         tg_release(out);
-        return NULL;
+        return tg__finish(NULL, TG_OP_CROSS_ENTROPY, cross_entropy_backward, 2,
+                          (const tg_tensor *[]){logits, targets}, NULL);
     }
     double total = 0;
     int64_t count = 0;
@@ -209,8 +210,9 @@ tg_tensor *tg_mse_loss(const tg_tensor *input, const tg_tensor *target)
     int64_t n = tg__numel(input->ndim, input->shape);
     double loss = n ? sum_squared_diff(input, target) / (double)n : NAN;
     tg_tensor *out = tg__empty(input->dtype, 0, NULL);
-    if (!out)
-        return NULL;
+    if (!out) /* through tg__finish, which names the op in the error */
+        return tg__finish(NULL, TG_OP_MSE_LOSS, mse_backward, 2,
+                          (const tg_tensor *[]){input, target}, NULL);
     if (out->dtype == TG_FLOAT32)
         *(float *)tg__ptr(out) = (float)loss;
     else

@@ -126,8 +126,9 @@ tg_tensor *tg_dropout(const tg_tensor *x, double p, bool train, tg_rng *rng)
         return tg__fail(TG_ERR_NULL, "tg_dropout: rng is NULL, but training with p = %g "
                                      "needs one to draw the mask", p);
     tg_tensor *scale = draw_scale(x, p, rng);
-    if (!scale)
-        return NULL;
+    if (!scale) /* through tg__finish, which names the op in the error */
+        return tg__finish(NULL, TG_OP_DROPOUT, dropout_backward, 1, (const tg_tensor *[]){x},
+                          NULL);
     tg_tensor *out = tg__finish(tg__binary(x, scale, TG_BIN_MUL), TG_OP_DROPOUT,
                                 dropout_backward, 1, (const tg_tensor *[]){x}, &node);
     tg__save(node, 0, scale);

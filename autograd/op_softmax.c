@@ -167,14 +167,14 @@ static tg_tensor *softmax_op(const char *fn, const tg_tensor *x, int dim, bool l
     int d = tg__wrap_dim(fn, dim, x->ndim);
     if (d < 0)
         return NULL;
+    tg_op op = log_space ? TG_OP_LOG_SOFTMAX : TG_OP_SOFTMAX;
     tg_tensor *out = tg__empty_like(x);
-    if (!out)
-        return NULL;
+    if (!out) /* through tg__finish, which names the op in the error */
+        return tg__finish(NULL, op, softmax_backward, 1, (const tg_tensor *[]){x}, NULL);
     row_plan p = plan_rows(x, d);
     forward_rows(x, out, &p, log_space);
     tg_node *node;
-    out = tg__finish(out, log_space ? TG_OP_LOG_SOFTMAX : TG_OP_SOFTMAX, softmax_backward, 1,
-                     (const tg_tensor *[]){x}, &node);
+    out = tg__finish(out, op, softmax_backward, 1, (const tg_tensor *[]){x}, &node);
     if (node) {
         tg_tensor *alias = tg__alias(out);
         tg__save(node, 0, alias);

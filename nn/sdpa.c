@@ -16,8 +16,39 @@ static tg_tensor *causal_mask(int64_t L, int64_t S)
     return m;
 }
 
+/* mask must broadcast to the scores [..., L, S] (batch dims of q and k
+ * broadcast) without growing them; bool or float. */
+static int check_mask(const char *fn, const tg_tensor *q, const tg_tensor *k,
+                      const tg_tensor *mask)
+{
+    if (!tg__is_float(mask->dtype) && mask->dtype != TG_BOOL) {
+        tg__fail(TG_ERR_DTYPE, "%s: mask is %s; it must be bool or float", fn,
+                 tg_dtype_name(mask->dtype));
+        return -1;
+    }
+    int nd = q->ndim > k->ndim ? q->ndim : k->ndim;
+    int64_t scores[TG_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+        int iq = q->ndim - nd + i, ik = k->ndim - nd + i;
+        int64_t sq = iq >= 0 ? q->shape[iq] : 1, sk = ik >= 0 ? k->shape[ik] : 1;
+        scores[i] = sq != 1 ? sq : sk;
+    }
+    scores[nd - 1] = k->shape[k->ndim - 2];
+    bool fits = mask->ndim <= nd;
+    for (int i = 1; fits && i <= mask->ndim; i++) {
+        int64_t m = mask->shape[mask->ndim - i];
+        fits = m == 1 || m == scores[nd - i];
+    }
+    if (!fits) {
+        tg__fail(TG_ERR_SHAPE, "%s: mask %s does not broadcast to the scores %s", fn,
+                 TG_SHAPE_STR(mask), tg__shape_str((char[96]){0}, 96, nd, scores));
+        return -1;
+    }
+    return 0;
+}
+
 static int check_inputs(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
-                        double dropout_p)
+                        const tg_tensor *mask, double dropout_p, double scale)
 {
     const char *fn = "tg_scaled_dot_product_attention";
     if (!q || !k || !v) {
@@ -40,7 +71,11 @@ static int check_inputs(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
         tg__fail(TG_ERR_VALUE, "%s: dropout_p = %g is outside [0, 1)", fn, dropout_p);
         return -1;
     }
-    return 0;
+    if (!isfinite(scale)) {
+        tg__fail(TG_ERR_VALUE, "%s: scale = %g is not finite (<= 0 means 1/sqrt(E))", fn, scale);
+        return -1;
+    }
+    return mask ? check_mask(fn, q, k, mask) : 0;
 }
 
 tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_tensor *k,
@@ -50,7 +85,7 @@ tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_tensor *
 {
     if (weights)
         *weights = NULL;
-    if (check_inputs(q, k, v, dropout_p) < 0)
+    if (check_inputs(q, k, v, mask, dropout_p, scale) < 0)
         return NULL;
     int64_t L = q->shape[q->ndim - 2], S = k->shape[k->ndim - 2], E = q->shape[q->ndim - 1];
     if (scale <= 0)

@@ -13,6 +13,10 @@ typedef struct tg_storage {
     int64_t refcount;
     void *data;
     size_t nbytes;
+    /* How data goes back: the hook of tg_set_allocator that was current when
+     * it was allocated (NULL: the C library's free). */
+    void (*free_fn)(void *ptr, void *user);
+    void *free_user;
 } tg_storage;
 
 struct tg_node; /* autograd/graph.h */
@@ -61,6 +65,9 @@ tg_tensor *tg__ret(tg_tensor *t);
 /* A new contiguous tensor, zero-filled. NULL with TG_ERR_NOMEM on failure. */
 tg_tensor *tg__empty(tg_dtype dtype, int ndim, const int64_t *shape);
 tg_tensor *tg__empty_like(const tg_tensor *t);
+/* True, once, when a tg__empty on this thread ran out of memory since the
+ * last call: lets the graph reword the error with the op's name. */
+bool tg__take_nomem(void);
 /* A new header over t's storage with the given geometry (no autograd state). */
 tg_tensor *tg__view(const tg_tensor *t, int ndim, const int64_t *shape,
                     const int64_t *stride, int64_t offset);

@@ -8,6 +8,49 @@
 
 static atomic_llong live_tensors;
 
+/* The storage allocator (tensor.h); NULL hooks mean the C library. */
+static tg_alloc_fn alloc_hook;
+static tg_free_fn free_hook;
+static void *hook_user;
+static _Thread_local bool nomem_pending;
+
+void tg_set_allocator(tg_alloc_fn alloc, tg_free_fn free_fn, void *user)
+{
+    bool on = alloc && free_fn;
+    alloc_hook = on ? alloc : NULL;
+    free_hook = on ? free_fn : NULL;
+    hook_user = on ? user : NULL;
+}
+
+bool tg__take_nomem(void)
+{
+    bool was = nomem_pending;
+    nomem_pending = false;
+    return was;
+}
+
+/* nbytes zero-filled bytes for s from the current allocator (nbytes > 0). */
+static void *storage_alloc(tg_storage *s, size_t nbytes)
+{
+    if (!alloc_hook)
+        return calloc(1, nbytes);
+    s->free_fn = free_hook;
+    s->free_user = hook_user;
+    void *p = alloc_hook(nbytes, hook_user);
+    if (p)
+        memset(p, 0, nbytes);
+    return p;
+}
+
+static void storage_free(tg_storage *s)
+{
+    if (s->free_fn)
+        s->free_fn(s->data, s->free_user);
+    else
+        free(s->data);
+    free(s);
+}
+
 int64_t tg_live_tensors(void) { return (int64_t)atomic_load(&live_tensors); }
 
 size_t tg_dtype_size(tg_dtype dtype)
@@ -119,24 +162,32 @@ static void set_contiguous_strides(tg_tensor *t)
 
 tg_tensor *tg__empty(tg_dtype dtype, int ndim, const int64_t *shape)
 {
-    if (tg__check_shape(__func__, ndim, shape) < 0)
+    /* Ops pass shapes they computed, so what can fail is the size: the graph
+     * rewords "tensorgrad:" with the op's name. */
+    if (tg__check_shape("tensorgrad", ndim, shape) < 0) {
+        nomem_pending = true;
         return NULL;
+    }
     int64_t n = tg__numel(ndim, shape);
     tg_storage *s = calloc(1, sizeof *s);
-    if (!s)
+    if (!s) {
+        nomem_pending = true;
         return tg__fail(TG_ERR_NOMEM, "tensorgrad: out of memory for storage");
+    }
     s->nbytes = (size_t)n * tg_dtype_size(dtype);
     /* calloc(0) may return NULL; keep one byte so data is never NULL. */
-    s->data = calloc(1, s->nbytes ? s->nbytes : 1);
+    s->data = storage_alloc(s, s->nbytes ? s->nbytes : 1);
     if (!s->data) {
         free(s);
-        return tg__fail(TG_ERR_NOMEM, "tensorgrad: out of memory for %lld elements of %s",
-                        (long long)n, tg_dtype_name(dtype));
+        nomem_pending = true;
+        return tg__fail(TG_ERR_NOMEM, "tensorgrad: out of memory for %lld elements of %s %s",
+                        (long long)n, tg_dtype_name(dtype),
+                        tg__shape_str((char[96]){0}, 96, ndim, shape));
     }
     tg_tensor *t = new_header(s, dtype); /* holds the storage's only reference */
     if (!t) {
-        free(s->data);
-        free(s);
+        nomem_pending = true;
+        storage_free(s);
         return NULL;
     }
     t->ndim = ndim;
@@ -186,10 +237,8 @@ void tg_release(tg_tensor *t)
     if (t->node)
         tg__node_release(t->node);
     tg_release(t->grad);
-    if (--t->storage->refcount == 0) {
-        free(t->storage->data);
-        free(t->storage);
-    }
+    if (--t->storage->refcount == 0)
+        storage_free(t->storage);
     atomic_fetch_sub(&live_tensors, 1);
     free(t);
 }

@@ -74,6 +74,20 @@ void tg_release(tg_tensor *t);
 /* Tensors alive in the process: tests assert it returns to its old value. */
 int64_t tg_live_tensors(void);
 
+/* ---- memory ------------------------------------------------------------ */
+/* Tensor storage (the elements, not the small headers) comes from this
+ * allocator: alloc(size, user) returns size bytes (size > 0) or NULL, and
+ * free(ptr, user) gives them back. A failing alloc makes the call that needed
+ * the memory return NULL with TG_ERR_NOMEM and a message naming the op and
+ * the shape, e.g. "tg_matmul: out of memory for 6 elements of float32 [2,3]";
+ * nothing leaks. Each storage is freed by the free of the allocator that
+ * made it, so the hook may change while tensors live. alloc NULL (or free
+ * NULL) restores malloc and free. Process-wide: set it before other threads
+ * use the library. Tests use it to fail the Nth allocation. */
+typedef void *(*tg_alloc_fn)(size_t size, void *user);
+typedef void (*tg_free_fn)(void *ptr, void *user);
+void tg_set_allocator(tg_alloc_fn alloc, tg_free_fn free, void *user);
+
 /* ---- scopes -------------------------------------------------------------- */
 /* Model code builds a forward pass one op per line without releasing each
  * intermediate: between tg_scope_begin() and tg_scope_end() every tensor a
