@@ -339,8 +339,10 @@ double tg_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, double l
  * safetensors and back. */
 
 /* Writes the tensors of ps (any layout) to path atomically: a temporary file
- * in the same directory, flushed and fsynced, then renamed over path, so a
- * crash leaves the old file or the new one, never a mix. metadata may be
+ * in the same directory (path.tmp.<pid>.<n>), flushed and fsynced, then
+ * renamed over path, so a crash leaves the old file or the new one, never a
+ * mix. A writer killed mid-save may leave its temporary file behind; it is
+ * safe to delete. Several threads may save at once, to any paths. metadata may be
  * NULL or a list of n_meta key/value pairs (keys[i], values[i]). */
 int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,
                         const char *const *keys, const char *const *values);

@@ -2,6 +2,7 @@
  * back after validating the whole file first (header, dtypes, shapes, byte
  * ranges, names), so a bad file changes nothing. The format is in nn.h. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,11 +198,14 @@ int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,
         free(tmp);
         return save_fail(TG_ERR_NOMEM, path, "out of memory building the header", NULL);
     }
-    sprintf(tmp, "%s.tmp.%ld", path, (long)getpid());
+    /* pid and a per-process count: two threads saving the same path at once
+     * never share a temporary file, and O_EXCL refuses a stale one. */
+    static atomic_long saves;
+    sprintf(tmp, "%s.tmp.%ld.%ld", path, (long)getpid(), (long)atomic_fetch_add(&saves, 1));
 
     const char *what = "cannot create temporary file";
     int err = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!fp) {
         err = errno;
@@ -373,15 +377,21 @@ static int parse_entry(const st_file *f, const char *name, const tg__json *v, en
         return bad(f, "tensor '%s' has data_offsets [%lld,%lld] past the end of the data "
                    "(%lld bytes)", name, (long long)e->begin, (long long)e->end,
                    (long long)f->data_size);
-    /* Overflow cannot hide a mismatch: the product is checked step by step. */
+    /* Overflow cannot hide a mismatch: the product is checked step by step.
+     * A zero dim makes the tensor empty, but the other dims must still fit,
+     * since the strides are their products ([0, 2^62, 2^62] is refused). */
     int64_t nbytes = (int64_t)tg_dtype_size(e->dtype);
-    bool overflow = false;
+    bool overflow = false, empty = false;
     for (int d = 0; d < e->ndim; d++) {
-        if (e->shape[d] && nbytes > INT64_MAX / e->shape[d])
+        if (!e->shape[d])
+            empty = true;
+        else if (nbytes > INT64_MAX / e->shape[d])
             overflow = true;
         else
             nbytes *= e->shape[d];
     }
+    if (empty)
+        nbytes = 0;
     if (overflow || nbytes != e->end - e->begin)
         return bad(f, "tensor '%s' has data_offsets [%lld,%lld] but shape %s %s needs %s%lld bytes",
                    name, (long long)e->begin, (long long)e->end,

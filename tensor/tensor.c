@@ -104,13 +104,16 @@ int tg__check_shape(const char *fn, int ndim, const int64_t *shape)
                      (long long)shape[i], i, tg__shape_str((char[96]){0}, 96, ndim, shape));
             return -1;
         }
-        /* Keep every byte count representable: 2^56 elements at most. */
+        /* Keep every byte count and stride representable: the product of
+         * the non-zero sizes is at most 2^56, even when a 0 empties the
+         * tensor (strides multiply the other sizes all the same). */
         if (shape[i] > 0 && n > (INT64_C(1) << 56) / shape[i]) {
             tg__fail(TG_ERR_NOMEM, "%s: shape %s has too many elements", fn,
                      tg__shape_str((char[96]){0}, 96, ndim, shape));
             return -1;
         }
-        n *= shape[i];
+        if (shape[i] > 0)
+            n *= shape[i];
     }
     return 0;
 }

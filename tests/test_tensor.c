@@ -129,6 +129,18 @@ START_TEST(creation_rejects_a_negative_size)
 }
 END_TEST
 
+/* An empty tensor whose other sizes multiply past 2^56 would overflow its
+ * strides: refused like any too-large shape. */
+START_TEST(creation_rejects_huge_sizes_beside_a_zero)
+{
+    ck_assert_ptr_null(tg_zeros(TG_FLOAT32, 3, SHAPE(0, INT64_C(1) << 62, INT64_C(1) << 62)));
+    ck_assert_error(TG_ERR_NOMEM, "tg_zeros", "too many elements");
+    tg_tensor *ok = tg_zeros(TG_FLOAT32, 3, SHAPE(0, 1 << 20, 1 << 20));
+    ck_assert_int_eq(tg_numel(ok), 0);
+    tg_release(ok);
+}
+END_TEST
+
 START_TEST(creation_rejects_more_than_eight_dims)
 {
     const int64_t shape[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
@@ -655,6 +667,7 @@ static Suite *tensor_suite(void)
     tcase_add_test(tc, causal_mask_is_true_strictly_above_the_diagonal);
     tcase_add_test(tc, creation_rejects_a_negative_size);
     tcase_add_test(tc, creation_rejects_more_than_eight_dims);
+    tcase_add_test(tc, creation_rejects_huge_sizes_beside_a_zero);
     tcase_add_test(tc, creation_rejects_a_null_shape_with_dims);
     tcase_add_test(tc, creation_rejects_an_unknown_dtype);
     tcase_add_test(tc, arange_rejects_a_zero_or_nonfinite_step);
