@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+"""Runs tensorgrad's benchmark (bench/bench.c) and the PyTorch reference
+(../shared/bench/torch_ref.py) alternately, several rounds in one session,
+and prints a markdown table: the best result per config per side, and the ratio.
+
+    /usr/bin/python3 bench/compare.py [--rounds 3] [--configs gpt-small encoder]
+
+Each side runs at --threads 1 and at --threads 2 in every round; what counts
+per config is the best single measurement over all its rounds and thread
+counts (the highest GFLOP/s or tok/s, the lowest ms or s), since slower runs
+on a shared 2-core machine are noise from elsewhere, not the code's speed.
+Peak RSS is the lowest seen for gpt-medium over those runs.
+"""
+import argparse, datetime, json, os, pathlib, platform, subprocess, sys
+
+CONFIGS = ["matmul", "attn-toy", "encoder", "gpt-small", "gpt-medium", "generate"]
+HIGHER_IS_BETTER = {"GFLOP/s", "tok/s"}
+DECIMALS = {"GFLOP/s": 1, "tok/s": 1, "ms": 2, "s": 3}
+
+
+def repo_root():
+    return pathlib.Path(__file__).resolve().parent.parent
+
+
+def run(cmd):
+    """Runs one benchmark process; returns its JSON lines as dicts."""
+    print("  $", " ".join(cmd), file=sys.stderr, flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        print(f"  (exit {p.returncode}) {p.stderr.strip()[-500:]}", file=sys.stderr)
+    rows = []
+    for line in p.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                print(f"  not JSON: {line}", file=sys.stderr)
+    return rows
+
+
+def key_of(row):
+    """The table row a JSON line belongs to: the config, plus the shape for matmul."""
+    if row["config"] == "matmul" and "shape" in row:
+        m, n, k = row["shape"]
+        return f"matmul {m}³" if m == n == k else f"matmul {m}×{n}×{k}"
+    return row["config"]
+
+
+def better(a, b):
+    """True when measurement a beats measurement b (same unit)."""
+    if a["unit"] in HIGHER_IS_BETTER:
+        return a["value"] > b["value"]
+    return a["value"] < b["value"]
+
+
+def collect(best, rss, rows):
+    for r in rows:
+        k = key_of(r)
+        if k not in best or better(r, best[k]):
+            best[k] = r
+        if r["config"] == "gpt-medium":
+            rss.append(r["peak_rss_mb"])
+
+
+def fmt(row):
+    d = DECIMALS.get(row["unit"], 2)
+    return f"{row['value']:.{d}f} {row['unit']} ({row['threads']} thr)"
+
+
+def speed_ratio(tg, pt):
+    """tensorgrad speed / PyTorch speed: > 1 means tensorgrad is faster."""
+    if tg["value"] <= 0 or pt["value"] <= 0:
+        return float("nan")
+    if tg["unit"] in HIGHER_IS_BETTER:
+        return tg["value"] / pt["value"]
+    return pt["value"] / tg["value"]
+
+
+def machine_line():
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        torch_version = subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"],
+                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                       text=True).stdout.strip()
+    except OSError:
+        torch_version = "?"
+    return (f"Measured on {model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
+            f"PyTorch {torch_version or '?'}, {datetime.date.today().isoformat()}")
+
+
+def table(tg_best, pt_best, tg_rss, pt_rss, order):
+    lines = ["| config | tensorgrad | PyTorch (best setting) | ratio |", "|---|---|---|---|"]
+    for k in order:
+        tg, pt = tg_best.get(k), pt_best.get(k)
+        ratio = f"{speed_ratio(tg, pt):.2f}×" if tg and pt else "—"
+        lines.append(f"| {k} | {fmt(tg) if tg else '—'} | {fmt(pt) if pt else '—'} | {ratio} |")
+    if tg_rss and pt_rss:
+        a, b = min(tg_rss), min(pt_rss)
+        lines.append(f"| peak RSS, gpt-medium training | {a:.1f} MB | {b:.1f} MB | "
+                     f"{a / b:.2f}× of PyTorch's |")
+    return "\n".join(lines)
+
+
+def main():
+    root = repo_root()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", default=str(root / "build" / "bench" / "bench"),
+                    help="tensorgrad's benchmark binary (default: build/bench/bench)")
+    ap.add_argument("--torch-ref", default=str(root.parent / "shared" / "bench" / "torch_ref.py"),
+                    help="PyTorch reference script (default: ../shared/bench/torch_ref.py)")
+    ap.add_argument("--configs", nargs="+", default=CONFIGS, choices=CONFIGS, metavar="NAME",
+                    help="configs to run (default: all): " + " ".join(CONFIGS))
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of both sides (default 3)")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                    help="thread counts tried on each side (default 1 2)")
+    ap.add_argument("--raw", metavar="PATH",
+                    help="also append every JSON line (with side and round fields) here, as it comes")
+    ap.add_argument("--from-raw", metavar="PATH",
+                    help="run nothing: make the table from a file --raw wrote (even a partial one)")
+    a = ap.parse_args()
+    if a.from_raw:
+        return report_from_raw(a.from_raw)
+    for path, what in ((a.bench, "--bench"), (a.torch_ref, "--torch-ref")):
+        if not os.path.exists(path):
+            ap.error(f"{what} {path}: no such file")
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
+
+    raw = open(a.raw, "a") if a.raw else None
+    sides = {"tensorgrad": ({}, []), "pytorch": ({}, [])}
+    order = []
+    for rnd in range(a.rounds):
+        print(f"round {rnd + 1}/{a.rounds}", file=sys.stderr, flush=True)
+        for t in a.threads:  # alternate: tensorgrad, then PyTorch, at each thread count
+            for side, cmd in (
+                    ("tensorgrad", [a.bench, "--threads", str(t)] + a.configs),
+                    ("pytorch", ["/usr/bin/python3", a.torch_ref, "--threads", str(t)] + a.configs)):
+                rows = run(cmd)
+                collect(*sides[side], rows)
+                for r in rows:
+                    if key_of(r) not in order:
+                        order.append(key_of(r))
+                    if raw:
+                        raw.write(json.dumps(dict(r, side=side, round=rnd + 1)) + "\n")
+                        raw.flush()
+    if raw:
+        raw.close()
+    print(machine_line() + f"; best of {a.rounds} rounds × threads {a.threads} per side.")
+    print_table(sides, order)
+
+
+def print_table(sides, order):
+    print()
+    (tg_best, tg_rss), (pt_best, pt_rss) = sides["tensorgrad"], sides["pytorch"]
+    print(table(tg_best, pt_best, tg_rss, pt_rss, order))
+    print()
+    print("ratio = tensorgrad speed / PyTorch speed (> 1: tensorgrad is faster); "
+          "for peak RSS, tensorgrad's MB / PyTorch's (< 1: tensorgrad uses less).")
+
+
+def report_from_raw(path):
+    sides = {"tensorgrad": ({}, []), "pytorch": ({}, [])}
+    order, rounds = [], set()
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                r = json.loads(line)
+                collect(*sides[r["side"]], [r])
+                rounds.add(r.get("round"))
+                if key_of(r) not in order:
+                    order.append(key_of(r))
+    print(machine_line() + f"; best over {len(rounds)} round(s) read from {path}.")
+    print_table(sides, order)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+/* A smoke test of the benchmark program (bench/bench.c): on its --quick
+ * sizes it prints one JSON line per config with torch_ref.py's keys in
+ * torch_ref.py's order, and it refuses bad arguments with exit status 2. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "testutil.h"
+
+/* The bench binary sits beside the examples in the build tree. */
+static const char *bench_path(void)
+{
+    static char path[4096];
+    const char *ex = getenv("TG_EXAMPLES");
+    snprintf(path, sizeof path, "%s/../bench/bench", ex ? ex : "examples");
+    return path;
+}
+
+/* Runs the bench with args; stdout into out (size cap), returns the exit status. */
+static int run_bench(const char *args, char *out, size_t cap)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", bench_path(), args);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The keys of line in order, each as "key": ; asserts they appear so. */
+static void assert_keys_in_order(const char *line, const char *const *keys, int n)
+{
+    const char *at = line;
+    for (int i = 0; i < n; i++) {
+        char quoted[64];
+        snprintf(quoted, sizeof quoted, "\"%s\": ", keys[i]);
+        const char *hit = strstr(at, quoted);
+        ck_assert_msg(hit != NULL, "key %s missing or out of order in: %s", keys[i], line);
+        at = hit + strlen(quoted);
+    }
+}
+
+/* The number after "key": in line, or NAN. */
+static double number_after(const char *line, const char *key)
+{
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\": ", key);
+    const char *hit = strstr(line, quoted);
+    return hit ? strtod(hit + strlen(quoted), NULL) : NAN;
+}
+
+START_TEST(bench_prints_one_json_line_per_config_with_reference_keys)
+{
+    static char out[1 << 16];
+    ck_assert_int_eq(run_bench("--quick --threads 1 matmul attn-toy", out, sizeof out), 0);
+    static const char *const matmul_keys[] = {"config", "threads", "shape", "metric",
+                                              "value",  "unit",    "peak_rss_mb"};
+    static const char *const toy_keys[] = {"config", "threads", "metric",     "value",
+                                           "unit",   "final_loss", "peak_rss_mb"};
+    int matmul_lines = 0, toy_lines = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        ck_assert_msg(line[0] == '{' && line[strlen(line) - 1] == '}', "not JSON: %s", line);
+        ck_assert_double_eq(number_after(line, "threads"), 1);
+        ck_assert_msg(number_after(line, "value") > 0, "no positive value: %s", line);
+        ck_assert_msg(number_after(line, "peak_rss_mb") > 0, "no peak RSS: %s", line);
+        if (strstr(line, "\"config\": \"matmul\"")) {
+            assert_keys_in_order(line, matmul_keys, 7);
+            ck_assert_ptr_nonnull(strstr(line, "\"metric\": \"gflops\""));
+            ck_assert_ptr_nonnull(strstr(line, "\"unit\": \"GFLOP/s\""));
+            matmul_lines++;
+        } else if (strstr(line, "\"config\": \"attn-toy\"")) {
+            assert_keys_in_order(line, toy_keys, 7);
+            ck_assert_ptr_nonnull(strstr(line, "\"metric\": \"train_800_steps\""));
+            double loss = number_after(line, "final_loss");
+            ck_assert_msg(loss > 0 && loss < 3, "final loss %g", loss);
+            toy_lines++;
+        } else {
+            ck_abort_msg("unexpected line: %s", line);
+        }
+    }
+    ck_assert_int_eq(matmul_lines, 2); /* --quick keeps the two smallest shapes */
+    ck_assert_int_eq(toy_lines, 1);
+}
+END_TEST
+
+START_TEST(bench_rejects_unknown_config)
+{
+    char out[4096];
+    ck_assert_int_eq(run_bench("--quick gpt-huge", out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "unknown argument 'gpt-huge'"));
+    ck_assert_ptr_nonnull(strstr(out, "gpt-medium")); /* the usage lists the configs */
+}
+END_TEST
+
+START_TEST(bench_rejects_bad_thread_count)
+{
+    char out[4096];
+    ck_assert_int_eq(run_bench("--threads 0 matmul", out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "--threads"));
+    ck_assert_int_eq(run_bench("--threads", out, sizeof out), 2);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("bench");
+    TCase *tc = tcase_checked("bench");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, bench_prints_one_json_line_per_config_with_reference_keys);
+    tcase_add_test(tc, bench_rejects_unknown_config);
+    tcase_add_test(tc, bench_rejects_bad_thread_count);
+    suite_add_tcase(s, tc);
+    return run_suite(s);
+}
