@@ -190,6 +190,23 @@ tg_tensor *tg_cross_entropy(const tg_tensor *logits, const tg_tensor *targets,
 /* Mean of (input - target)^2 over all elements; shapes must match. */
 tg_tensor *tg_mse_loss(const tg_tensor *input, const tg_tensor *target);
 
+/* ---- fused attention (autograd/op_attention.c) ----------------------------- */
+
+/* softmax(q @ k^T * scale + mask) @ v in one op that never holds the [L, S]
+ * scores: q [..., L, E], k [..., S, E], v [..., S, Ev] -> [..., L, Ev], one
+ * float dtype, any layout, batch dims broadcast. mask (may be NULL) is bool
+ * (true = not allowed) or float (added to the scores), broadcast to
+ * [..., L, S]; it is a constant here and gets no gradient. is_causal also
+ * masks key j > query i (applied together with mask). scale <= 0 means
+ * 1/sqrt(E). A query whose every key is masked gives zeros and passes zero
+ * gradient. Saves the output and one logsumexp per query row for backward,
+ * which recomputes the scores tile by tile. tg_scaled_dot_product_attention
+ * (nn.h) calls this when it can. Errors: TG_ERR_NULL, TG_ERR_DTYPE (q, k, v
+ * not one float dtype; mask not bool or float), TG_ERR_SHAPE, TG_ERR_VALUE
+ * (scale not finite). */
+tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                        const tg_tensor *mask, bool is_causal, double scale);
+
 /* ---- gradient checking (autograd/gradcheck.c) ------------------------------ */
 
 /* The function under test: builds an output from the n inputs using any

@@ -78,6 +78,34 @@ static int check_inputs(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
     return mask ? check_mask(fn, q, k, mask) : 0;
 }
 
+/* Whether tg_attention (autograd/op_attention.c), which never holds the
+ * [L, S] scores, computes exactly what the composition below would: no
+ * weights asked for, no dropout, one float dtype, batch dims that broadcast,
+ * and a mask that is bool or a constant float mask of q's dtype (the fused op
+ * gives a mask no gradient). Anything else, errors included, is left to the
+ * composition, which stays the reference. */
+static bool fused_fits(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                       const tg_tensor *mask, double dropout_p, tg_tensor **weights)
+{
+    if (weights || dropout_p > 0 || !tg__is_float(q->dtype) || k->dtype != q->dtype ||
+        v->dtype != q->dtype)
+        return false;
+    if (mask && mask->dtype != TG_BOOL && (mask->dtype != q->dtype || mask->requires_grad))
+        return false;
+    const tg_tensor *in[3] = {q, k, v};
+    for (int i = 1; i <= TG_MAX_DIMS - 2; i++) {
+        int64_t size = 1;
+        for (int t = 0; t < 3; t++) {
+            int d = in[t]->ndim - 2 - i;
+            int64_t s = d >= 0 ? in[t]->shape[d] : 1;
+            if (s != 1 && size != 1 && s != size)
+                return false;
+            size = s != 1 ? s : size;
+        }
+    }
+    return true;
+}
+
 tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_tensor *k,
                                            const tg_tensor *v, const tg_tensor *mask,
                                            double dropout_p, bool is_causal, double scale,
@@ -87,6 +115,8 @@ tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_tensor *
         *weights = NULL;
     if (check_inputs(q, k, v, mask, dropout_p, scale) < 0)
         return NULL;
+    if (fused_fits(q, k, v, mask, dropout_p, weights))
+        return tg_attention(q, k, v, mask, is_causal && !mask, scale);
     int64_t L = q->shape[q->ndim - 2], S = k->shape[k->ndim - 2], E = q->shape[q->ndim - 1];
     if (scale <= 0)
         scale = 1.0 / sqrt((double)(E ? E : 1));

@@ -23,6 +23,7 @@ CASES(reduce)
 CASES(matmul)
 CASES(shape)
 CASES(nn)
+CASES(sdpa_fused)
 #undef CASES
 
 /* A float64 tensor of normal values. */

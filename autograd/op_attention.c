@@ -1,0 +1,548 @@
+/* Fused scaled-dot-product attention: softmax(q k^T * scale + mask) v computed
+ * block by block with an online softmax (FlashAttention style), so neither
+ * pass holds more than a [BR, BC] tile of scores; backward recomputes the
+ * tiles from q, k and the per-row logsumexp saved by the forward. */
+#include "gemm.h"
+#include "graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Tile sizes: BR query rows by BC keys. A [BR, BC] float tile is 16 KiB. */
+#define BR 64
+#define BC 64
+/* Multiply-adds below which one thread does everything. */
+#define PAR_MIN (64.0 * 64.0 * 64.0 * 4.0)
+
+/* Everything the kernels read, on contiguous q [nb, L, E], k [nb', S, E] and
+ * v [nb', S, Ev] whose batch dims broadcast to bshape. */
+typedef struct {
+    tg_dtype dtype;
+    int nbd;                        /* batch dims */
+    int64_t bshape[TG_MAX_DIMS];    /* broadcast batch shape */
+    int64_t nb;                     /* its product */
+    int64_t L, S, E, Ev;
+    double scale;
+    bool causal;                    /* key j > query i is masked */
+    const char *q, *k, *v;          /* element pointers (bytes) */
+    int64_t qb[TG_MAX_DIMS], kb[TG_MAX_DIMS], vb[TG_MAX_DIMS]; /* batch strides */
+    const tg_tensor *mask;          /* NULL, or bool / float broadcast to [bshape, L, S] */
+    int64_t mst[TG_MAX_DIMS];       /* mask strides over [bshape, L, S] */
+} attn_plan;
+
+/* Element offset of batch b (row-major over bshape) for the given strides. */
+static int64_t batch_off(const attn_plan *p, const int64_t *stride, int64_t b)
+{
+    int64_t off = 0;
+    for (int d = p->nbd - 1; d >= 0; d--) {
+        off += (b % p->bshape[d]) * stride[d];
+        b /= p->bshape[d];
+    }
+    return off;
+}
+
+static size_t esize(const attn_plan *p)
+{
+    return tg_dtype_size(p->dtype);
+}
+
+/* The last key block a query block [r0, r1) looks at ends here. */
+static int64_t key_end(const attn_plan *p, int64_t r1)
+{
+    return p->causal && r1 < p->S ? r1 : p->S;
+}
+
+/* Adds the mask and the causal rule to a tile of scores s [nr, BC] (rows
+ * r0.., keys j0..): masked entries become -inf, a float mask is added. */
+static void mask_tile(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int64_t j0,
+                      int64_t nc, double *s)
+{
+    if (p->mask) {
+        const tg_tensor *m = p->mask;
+        int64_t base = batch_off(p, p->mst, b), si = p->mst[p->nbd], sj = p->mst[p->nbd + 1];
+        for (int64_t r = 0; r < nr; r++) {
+            int64_t o = base + (r0 + r) * si + j0 * sj;
+            double *row = s + r * BC;
+            if (m->dtype == TG_BOOL) {
+                const bool *mp = (const bool *)tg__ptr(m) + o;
+                for (int64_t c = 0; c < nc; c++)
+                    if (mp[c * sj])
+                        row[c] = -INFINITY;
+            } else if (m->dtype == TG_FLOAT32) {
+                const float *mp = (const float *)tg__ptr(m) + o;
+                for (int64_t c = 0; c < nc; c++)
+                    row[c] += mp[c * sj];
+            } else {
+                const double *mp = (const double *)tg__ptr(m) + o;
+                for (int64_t c = 0; c < nc; c++)
+                    row[c] += mp[c * sj];
+            }
+        }
+    }
+    if (p->causal && j0 + nc - 1 > r0)
+        for (int64_t r = 0; r < nr; r++)
+            for (int64_t c = r0 + r + 1 - j0 < 0 ? 0 : r0 + r + 1 - j0; c < nc; c++)
+                s[r * BC + c] = -INFINITY;
+}
+
+/* The tile of scaled scores for rows r0.. and keys j0.. of batch b, in the
+ * dtype's buffer t [nr, BC], widened into s [nr, BC] with the mask applied. */
+static int score_tile(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int64_t j0,
+                      int64_t nc, void *t, double *s)
+{
+    const char *q = p->q + (size_t)(batch_off(p, p->qb, b) + r0 * p->E) * esize(p);
+    const char *k = p->k + (size_t)(batch_off(p, p->kb, b) + j0 * p->E) * esize(p);
+    if (tg__gemm(p->dtype, true, false, true, nr, nc, p->E, p->scale, q, p->E, k, p->E, 0.0, t,
+                 BC) < 0)
+        return -1;
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t c = 0; c < nc; c++)
+            s[r * BC + c] = p->dtype == TG_FLOAT32 ? ((float *)t)[r * BC + c]
+                                                   : ((double *)t)[r * BC + c];
+    mask_tile(p, b, r0, nr, j0, nc, s);
+    return 0;
+}
+
+static void store(tg_dtype dtype, void *t, int64_t i, double x)
+{
+    if (dtype == TG_FLOAT32)
+        ((float *)t)[i] = (float)x;
+    else
+        ((double *)t)[i] = x;
+}
+
+static double load(tg_dtype dtype, const void *t, int64_t i)
+{
+    return dtype == TG_FLOAT32 ? ((const float *)t)[i] : ((const double *)t)[i];
+}
+
+/* Per-thread scratch: a dtype tile t [BR, BC], a second one t2 (backward's
+ * dP), the widened scores s [BR, BC], and an accumulator acc [BR, Ev]. */
+typedef struct {
+    void *t, *t2, *acc;
+    double *s, *m, *l; /* s [BR, BC]; m, l [BR]: running max and sum */
+} scratch;
+
+static int scratch_new(scratch *w, const attn_plan *p)
+{
+    size_t es = esize(p), ev = (size_t)(p->Ev > 0 ? p->Ev : 1);
+    w->t = malloc(BR * BC * es);
+    w->t2 = malloc(BR * BC * es);
+    w->acc = malloc(BR * ev * es);
+    w->s = malloc(BR * BC * sizeof(double));
+    w->m = malloc(BR * sizeof(double));
+    w->l = malloc(BR * sizeof(double));
+    return w->t && w->t2 && w->acc && w->s && w->m && w->l ? 0 : -1;
+}
+
+static void scratch_free(scratch *w)
+{
+    free(w->t), free(w->t2), free(w->acc), free(w->s), free(w->m), free(w->l);
+}
+
+/* ---- forward ------------------------------------------------------------- */
+
+/* dst[at + c] = exp(s[c] - shift) for c < nc, in dst's dtype; returns their
+ * sum. float32 tiles use expf: the tile feeds a float32 GEMM anyway. */
+static double exp_row(tg_dtype dtype, const double *s, double shift, void *dst, int64_t at,
+                      int64_t nc)
+{
+    double sum = 0;
+    if (dtype == TG_FLOAT32) {
+        float *d = (float *)dst + at;
+        for (int64_t c = 0; c < nc; c++)
+            sum += d[c] = expf((float)(s[c] - shift));
+    } else {
+        double *d = (double *)dst + at;
+        for (int64_t c = 0; c < nc; c++)
+            sum += d[c] = exp(s[c] - shift);
+    }
+    return sum;
+}
+
+/* Online softmax over one score tile: for each row, the new running max,
+ * the rescaling of what was accumulated, and p = exp(s - max) into w->t. */
+static void online_softmax(const attn_plan *p, scratch *w, int64_t nr, int64_t nc)
+{
+    for (int64_t r = 0; r < nr; r++) {
+        double *s = w->s + r * BC, mx = w->m[r];
+        for (int64_t c = 0; c < nc; c++)
+            if (s[c] > mx)
+                mx = s[c];
+        if (mx == -INFINITY) { /* nothing seen yet in this row: add nothing */
+            for (int64_t c = 0; c < nc; c++)
+                store(p->dtype, w->t, r * BC + c, 0);
+            continue;
+        }
+        double alpha = exp(w->m[r] - mx), sum = exp_row(p->dtype, s, mx, w->t, r * BC, nc);
+        w->l[r] = w->l[r] * alpha + sum;
+        w->m[r] = mx;
+        if (alpha != 1)
+            for (int64_t e = 0; e < p->Ev; e++)
+                store(p->dtype, w->acc, r * p->Ev + e, alpha * load(p->dtype, w->acc, r * p->Ev + e));
+    }
+}
+
+/* Rows [r0, r0 + nr) of batch b: out [nb, L, Ev], lse [nb, L] (double). */
+static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, int64_t nr,
+                         char *out, double *lse)
+{
+    size_t es = esize(p);
+    memset(w->acc, 0, (size_t)(nr * p->Ev) * es);
+    for (int64_t r = 0; r < nr; r++)
+        w->m[r] = -INFINITY, w->l[r] = 0;
+    const char *v = p->v + (size_t)batch_off(p, p->vb, b) * es;
+    for (int64_t j0 = 0, jend = key_end(p, r0 + nr); j0 < jend; j0 += BC) {
+        int64_t nc = jend - j0 < BC ? jend - j0 : BC;
+        if (score_tile(p, b, r0, nr, j0, nc, w->t, w->s) < 0)
+            return -1;
+        online_softmax(p, w, nr, nc);
+        if (tg__gemm(p->dtype, true, false, false, nr, p->Ev, nc, 1.0, w->t, BC,
+                     v + (size_t)(j0 * p->Ev) * es, p->Ev, 1.0, w->acc, p->Ev) < 0)
+            return -1;
+    }
+    int64_t row0 = b * p->L + r0;
+    for (int64_t r = 0; r < nr; r++) {
+        /* A row with every key masked has l = 0: zeros, as the softmax op gives. */
+        double inv = w->l[r] > 0 ? 1.0 / w->l[r] : 0;
+        for (int64_t e = 0; e < p->Ev; e++)
+            store(p->dtype, out, (row0 + r) * p->Ev + e, inv * load(p->dtype, w->acc, r * p->Ev + e));
+        lse[row0 + r] = w->l[r] > 0 ? w->m[r] + log(w->l[r]) : -INFINITY;
+    }
+    return 0;
+}
+
+/* Parallel over (batch, query block) pairs. Returns 0 or -1 (out of memory). */
+static int forward_all(const attn_plan *p, char *out, double *lse)
+{
+    int64_t nblk = (p->L + BR - 1) / BR, tasks = p->nb * nblk;
+    bool par = tasks > 1 && (double)p->nb * p->L * p->S * (p->E + p->Ev) > PAR_MIN;
+    int failed = 0;
+    (void)par;
+#pragma omp parallel if (par)
+    {
+        scratch w;
+        int bad = scratch_new(&w, p);
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < tasks; t++) {
+            int64_t b = t / nblk, r0 = (t % nblk) * BR;
+            if (!bad)
+                bad = forward_block(p, &w, b, r0, p->L - r0 < BR ? p->L - r0 : BR, out, lse);
+        }
+        scratch_free(&w);
+        if (bad) {
+#pragma omp atomic write
+            failed = 1;
+        }
+    }
+    return failed ? -1 : 0;
+}
+
+/* ---- backward ------------------------------------------------------------ */
+
+/* Gradients of one batch b: dq [L, E], dk [S, E], dv [S, Ev] (zeroed, this
+ * batch's slices), from go [L, Ev] and o [L, Ev] (this batch's upstream
+ * gradient and output) and lse. dk, dv may be NULL when not needed. */
+typedef struct {
+    const char *go, *o;
+    const double *lse;
+    char *dq, *dk, *dv;
+} grad_slices;
+
+/* From the scores in w->s and dP [nr, nc] in w->t2: P = exp(s - lse) into
+ * w->t2 and dS = P * (dP - D) into w->t. */
+static void grad_tile(const attn_plan *p, scratch *w, const double *lse, const double *dsum,
+                      int64_t nr, int64_t nc)
+{
+    for (int64_t r = 0; r < nr; r++) {
+        double *s = w->s + r * BC;
+        /* lse = -inf only on a row with every key masked: P = 0 there. */
+        double shift = lse[r];
+        if (shift == -INFINITY) {
+            for (int64_t c = 0; c < nc; c++)
+                s[c] = -INFINITY;
+            shift = 0;
+        }
+        if (p->dtype == TG_FLOAT32) {
+            float *ds = (float *)w->t + r * BC, *pd = (float *)w->t2 + r * BC, d = (float)dsum[r];
+            for (int64_t c = 0; c < nc; c++) {
+                float pr = expf((float)(s[c] - shift));
+                ds[c] = pr * (pd[c] - d);
+                pd[c] = pr;
+            }
+        } else {
+            double *ds = (double *)w->t + r * BC, *pd = (double *)w->t2 + r * BC;
+            for (int64_t c = 0; c < nc; c++) {
+                double pr = exp(s[c] - shift);
+                ds[c] = pr * (pd[c] - dsum[r]);
+                pd[c] = pr;
+            }
+        }
+    }
+}
+
+static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_slices *g,
+                          double *dsum)
+{
+    tg_dtype dt = p->dtype;
+    size_t es = esize(p);
+    const char *q = p->q + (size_t)batch_off(p, p->qb, b) * es;
+    const char *k = p->k + (size_t)batch_off(p, p->kb, b) * es;
+    const char *v = p->v + (size_t)batch_off(p, p->vb, b) * es;
+    /* D[i] = sum_e dO[i,e] O[i,e]: the rowsum(dP * P) of the softmax backward. */
+    for (int64_t i = 0; i < p->L; i++) {
+        double acc = 0;
+        for (int64_t e = 0; e < p->Ev; e++)
+            acc += load(dt, g->go, i * p->Ev + e) * load(dt, g->o, i * p->Ev + e);
+        dsum[i] = acc;
+    }
+    for (int64_t r0 = 0; r0 < p->L; r0 += BR) {
+        int64_t nr = p->L - r0 < BR ? p->L - r0 : BR;
+        const char *qi = q + (size_t)(r0 * p->E) * es, *goi = g->go + (size_t)(r0 * p->Ev) * es;
+        for (int64_t j0 = 0, jend = key_end(p, r0 + nr); j0 < jend; j0 += BC) {
+            int64_t nc = jend - j0 < BC ? jend - j0 : BC;
+            const char *kj = k + (size_t)(j0 * p->E) * es, *vj = v + (size_t)(j0 * p->Ev) * es;
+            int rc = score_tile(p, b, r0, nr, j0, nc, w->t, w->s);
+            /* dP = dO_i V_j^T [nr, nc] */
+            rc |= tg__gemm(dt, true, false, true, nr, nc, p->Ev, 1.0, goi, p->Ev, vj, p->Ev, 0.0,
+                           w->t2, BC);
+            if (rc < 0)
+                return -1;
+            grad_tile(p, w, g->lse + r0, dsum + r0, nr, nc); /* t = dS, t2 = P */
+            /* dV_j += P^T dO_i; dK_j += scale dS^T Q_i; dQ_i += scale dS K_j */
+            if (g->dv)
+                rc |= tg__gemm(dt, true, true, false, nc, p->Ev, nr, 1.0, w->t2, BC, goi, p->Ev,
+                               1.0, g->dv + (size_t)(j0 * p->Ev) * es, p->Ev);
+            if (g->dk)
+                rc |= tg__gemm(dt, true, true, false, nc, p->E, nr, p->scale, w->t, BC, qi, p->E,
+                               1.0, g->dk + (size_t)(j0 * p->E) * es, p->E);
+            if (g->dq)
+                rc |= tg__gemm(dt, true, false, false, nr, p->E, nc, p->scale, w->t, BC, kj, p->E,
+                               1.0, g->dq + (size_t)(r0 * p->E) * es, p->E);
+            if (rc < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* Parallel over batches: each owns its slices of dq, dk and dv. */
+static int backward_all(const attn_plan *p, const grad_slices *g)
+{
+    size_t es = esize(p);
+    bool par = p->nb > 1 && (double)p->nb * p->L * p->S * (p->E + p->Ev) > PAR_MIN;
+    int failed = 0;
+    (void)par;
+#pragma omp parallel if (par)
+    {
+        scratch w;
+        double *dsum = malloc((size_t)(p->L > 0 ? p->L : 1) * sizeof(double)); /* [L] */
+        int bad = scratch_new(&w, p) < 0 || !dsum;
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < p->nb; b++) {
+            grad_slices gb = {
+                g->go + (size_t)(b * p->L * p->Ev) * es, g->o + (size_t)(b * p->L * p->Ev) * es,
+                g->lse + b * p->L, g->dq ? g->dq + (size_t)(b * p->L * p->E) * es : NULL,
+                g->dk ? g->dk + (size_t)(b * p->S * p->E) * es : NULL,
+                g->dv ? g->dv + (size_t)(b * p->S * p->Ev) * es : NULL};
+            if (!bad)
+                bad = backward_batch(p, &w, b, &gb, dsum);
+        }
+        scratch_free(&w);
+        free(dsum);
+        if (bad) {
+#pragma omp atomic write
+            failed = 1;
+        }
+    }
+    return failed ? -1 : 0;
+}
+
+/* ---- shapes and the op ----------------------------------------------------- */
+
+/* Batch strides of a contiguous t ([..., rows, cols]) over p's bshape: 0
+ * where t lacks the dim or has size 1 there. */
+static void batch_strides(const attn_plan *p, const tg_tensor *t, int64_t *out)
+{
+    int lead = p->nbd - (t->ndim - 2);
+    for (int d = 0; d < p->nbd; d++)
+        out[d] = d < lead || t->shape[d - lead] == 1 ? 0 : t->stride[d - lead];
+}
+
+/* Fills p's shapes from q, k, v and mask (not yet the data pointers), or
+ * records why they do not fit. */
+static int plan_shapes(attn_plan *p, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                       const tg_tensor *mask)
+{
+    const char *fn = "tg_attention";
+    if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2 || q->shape[q->ndim - 1] != k->shape[k->ndim - 1] ||
+        k->shape[k->ndim - 2] != v->shape[v->ndim - 2]) {
+        tg__fail(TG_ERR_SHAPE, "%s: q %s, k %s and v %s do not fit [..., L, E], [..., S, E], "
+                               "[..., S, Ev]", fn, TG_SHAPE_STR(q), TG_SHAPE_STR(k), TG_SHAPE_STR(v));
+        return -1;
+    }
+    const tg_tensor *in[3] = {q, k, v};
+    p->nbd = 0;
+    for (int i = 0; i < 3; i++)
+        if (in[i]->ndim - 2 > p->nbd)
+            p->nbd = in[i]->ndim - 2;
+    p->nb = 1;
+    for (int d = 0; d < p->nbd; d++) {
+        int64_t size = 1;
+        for (int i = 0; i < 3; i++) {
+            int di = d - (p->nbd - (in[i]->ndim - 2));
+            int64_t s = di >= 0 ? in[i]->shape[di] : 1;
+            if (s != 1 && size != 1 && s != size) {
+                tg__fail(TG_ERR_SHAPE, "%s: batch dims of q %s, k %s and v %s do not broadcast",
+                         fn, TG_SHAPE_STR(q), TG_SHAPE_STR(k), TG_SHAPE_STR(v));
+                return -1;
+            }
+            if (s != 1)
+                size = s;
+        }
+        p->bshape[d] = size;
+        p->nb *= size;
+    }
+    p->L = q->shape[q->ndim - 2], p->S = k->shape[k->ndim - 2];
+    p->E = q->shape[q->ndim - 1], p->Ev = v->shape[v->ndim - 1];
+    p->mask = mask;
+    if (!mask)
+        return 0;
+    int64_t full[TG_MAX_DIMS];
+    memcpy(full, p->bshape, sizeof full);
+    full[p->nbd] = p->L, full[p->nbd + 1] = p->S;
+    bool fits = mask->ndim <= p->nbd + 2;
+    for (int i = 1; fits && i <= mask->ndim; i++)
+        fits = mask->shape[mask->ndim - i] == 1 || mask->shape[mask->ndim - i] == full[p->nbd + 2 - i];
+    if (!fits) {
+        tg__fail(TG_ERR_SHAPE, "%s: mask %s does not broadcast to the scores %s", fn,
+                 TG_SHAPE_STR(mask), tg__shape_str((char[96]){0}, 96, p->nbd + 2, full));
+        return -1;
+    }
+    tg__broadcast_strides(mask, p->nbd + 2, full, p->mst);
+    return 0;
+}
+
+/* Points p at the contiguous copies (or the tensors themselves). */
+static void plan_data(attn_plan *p, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v)
+{
+    p->q = tg__ptr(q), p->k = tg__ptr(k), p->v = tg__ptr(v);
+    batch_strides(p, q, p->qb);
+    batch_strides(p, k, p->kb);
+    batch_strides(p, v, p->vb);
+}
+
+/* node->inputs: q, k, v; saved[0]: an alias of the output, saved[1]: the
+ * logsumexp [nb * L] (float64), saved[2]: the mask or NULL; args[0]: the
+ * scale; iargs[0]: is_causal. */
+static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
+{
+    attn_plan p = {.dtype = n->inputs[0]->dtype, .scale = n->args[0], .causal = n->iargs[0] != 0};
+    const tg_tensor *out = n->saved[0], *lse = n->saved[1];
+    if (!out || !lse) {
+        tg__fail(TG_ERR_NOMEM, "tg_attention: backward lacks the saved output");
+        return -1;
+    }
+    if (plan_shapes(&p, n->inputs[0], n->inputs[1], n->inputs[2], n->saved[2]) < 0)
+        return -1;
+    tg_tensor *q = tg__contiguous(n->inputs[0]), *k = tg__contiguous(n->inputs[1]);
+    tg_tensor *v = tg__contiguous(n->inputs[2]), *go = tg__contiguous(g), *o = tg__contiguous(out);
+    /* Gradients over the broadcast batch shape; the engine sums them back. */
+    int64_t shape[TG_MAX_DIMS];
+    memcpy(shape, p.bshape, sizeof shape);
+    tg_tensor *d[3] = {NULL, NULL, NULL};
+    int64_t rows[3] = {p.L, p.S, p.S}, cols[3] = {p.E, p.E, p.Ev};
+    bool ok = q && k && v && go && o;
+    for (int i = 0; i < 3 && ok; i++) {
+        if (!n->needs[i])
+            continue;
+        shape[p.nbd] = rows[i], shape[p.nbd + 1] = cols[i];
+        ok = (d[i] = tg__empty(p.dtype, p.nbd + 2, shape)) != NULL;
+    }
+    if (ok) {
+        plan_data(&p, q, k, v);
+        grad_slices gs = {tg__ptr(go), tg__ptr(o), tg__ptr(lse), d[0] ? tg__ptr(d[0]) : NULL,
+                          d[1] ? tg__ptr(d[1]) : NULL, d[2] ? tg__ptr(d[2]) : NULL};
+        ok = backward_all(&p, &gs) == 0;
+        if (!ok)
+            tg__fail(TG_ERR_NOMEM, "tg_attention: backward is out of scratch memory");
+    }
+    tg_release(q), tg_release(k), tg_release(v), tg_release(go), tg_release(o);
+    for (int i = 0; i < 3; i++) {
+        if (ok)
+            grads[i] = tg__ret(d[i]);
+        else
+            tg_release(d[i]);
+    }
+    return ok ? 0 : -1;
+}
+
+static int check_args(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                      const tg_tensor *mask, double scale)
+{
+    const char *fn = "tg_attention";
+    if (!q || !k || !v) {
+        tg__fail(TG_ERR_NULL, "%s: %s is NULL", fn, !q ? "q" : !k ? "k" : "v");
+        return -1;
+    }
+    if (tg__check_float(fn, q) < 0)
+        return -1;
+    if (k->dtype != q->dtype || v->dtype != q->dtype) {
+        tg__fail(TG_ERR_DTYPE, "%s: q is %s, k %s and v %s; they must share one float dtype", fn,
+                 tg_dtype_name(q->dtype), tg_dtype_name(k->dtype), tg_dtype_name(v->dtype));
+        return -1;
+    }
+    if (mask && mask->dtype != TG_BOOL && !tg__is_float(mask->dtype)) {
+        tg__fail(TG_ERR_DTYPE, "%s: mask is %s; it must be bool or float", fn,
+                 tg_dtype_name(mask->dtype));
+        return -1;
+    }
+    if (!isfinite(scale)) {
+        tg__fail(TG_ERR_VALUE, "%s: scale = %g is not finite (<= 0 means 1/sqrt(E))", fn, scale);
+        return -1;
+    }
+    return 0;
+}
+
+tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                        const tg_tensor *mask, bool is_causal, double scale)
+{
+    if (check_args(q, k, v, mask, scale) < 0)
+        return NULL;
+    attn_plan p = {.dtype = q->dtype, .causal = is_causal};
+    if (plan_shapes(&p, q, k, v, mask) < 0)
+        return NULL;
+    p.scale = scale > 0 ? scale : 1.0 / sqrt((double)(p.E ? p.E : 1));
+    int64_t shape[TG_MAX_DIMS];
+    memcpy(shape, p.bshape, sizeof shape);
+    shape[p.nbd] = p.L, shape[p.nbd + 1] = p.Ev;
+    tg_tensor *out = tg__empty(p.dtype, p.nbd + 2, shape);             /* [..., L, Ev] */
+    tg_tensor *lse = tg__empty(TG_FLOAT64, 1, (int64_t[]){p.nb * p.L}); /* [nb * L] */
+    tg_tensor *qc = tg__contiguous(q), *kc = tg__contiguous(k), *vc = tg__contiguous(v);
+    bool ok = out && lse && qc && kc && vc;
+    if (ok) {
+        plan_data(&p, qc, kc, vc);
+        ok = forward_all(&p, tg__ptr(out), tg__ptr(lse)) == 0;
+    }
+    tg_release(qc), tg_release(kc), tg_release(vc);
+    if (!ok) {
+        tg_release(out), tg_release(lse);
+        tg__take_nomem();
+        return tg__fail(TG_ERR_NOMEM, "tg_attention: out of memory for q %s, k %s, v %s",
+                        TG_SHAPE_STR(q), TG_SHAPE_STR(k), TG_SHAPE_STR(v));
+    }
+    tg_node *node;
+    out = tg__finish(out, TG_OP_ATTENTION, attention_backward, 3, (const tg_tensor *[]){q, k, v},
+                     &node);
+    if (node) {
+        tg_tensor *alias = tg__alias(out);
+        tg__save(node, 0, alias);
+        tg_release(alias);
+        tg__save(node, 1, lse);
+        tg__save(node, 2, (tg_tensor *)mask);
+        node->args[0] = p.scale;
+        node->iargs[0] = is_causal;
+    }
+    tg_release(lse);
+    return out;
+}

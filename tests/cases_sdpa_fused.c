@@ -1,0 +1,131 @@
+/* Gradient-check cases for the fused attention op tg_attention: no mask,
+ * causal, more keys than queries, float and bool masks, a fully masked row,
+ * transposed views, and batched heads [2,3,L,E]. */
+#include "cases.h"
+
+#include <math.h>
+
+#define UNUSED (void)n, (void)c
+
+/* q [L, E], k [S, E], v [S, Ev]. */
+static int qkv(tg_tensor **in, tg_rng *rng, int64_t L, int64_t S, int64_t E, int64_t Ev)
+{
+    in[0] = gc_randn(rng, 2, (int64_t[]){L, E});
+    in[1] = gc_randn(rng, 2, (int64_t[]){S, E});
+    in[2] = gc_randn(rng, 2, (int64_t[]){S, Ev});
+    return 3;
+}
+
+static int square_4(tg_tensor **in, tg_rng *rng)
+{
+    return qkv(in, rng, 4, 4, 3, 2);
+}
+
+static int more_keys(tg_tensor **in, tg_rng *rng)
+{
+    return qkv(in, rng, 3, 6, 4, 3);
+}
+
+/* Stored transposed: q [E, L], k [E, S], v [Ev, S]; the cases transpose back. */
+static int transposed_3_5(tg_tensor **in, tg_rng *rng)
+{
+    in[0] = gc_randn(rng, 2, (int64_t[]){4, 3});
+    in[1] = gc_randn(rng, 2, (int64_t[]){4, 5});
+    in[2] = gc_randn(rng, 2, (int64_t[]){2, 5});
+    return 3;
+}
+
+static int heads_2x3(tg_tensor **in, tg_rng *rng)
+{
+    in[0] = gc_randn(rng, 4, (int64_t[]){2, 3, 4, 3});
+    in[1] = gc_randn(rng, 4, (int64_t[]){2, 3, 5, 3});
+    in[2] = gc_randn(rng, 4, (int64_t[]){2, 3, 5, 2});
+    return 3;
+}
+
+static tg_tensor *f_plain(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    return tg_attention(x[0], x[1], x[2], NULL, false, 0);
+}
+
+static tg_tensor *f_causal(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    return tg_attention(x[0], x[1], x[2], NULL, true, 0);
+}
+
+/* 3 queries, 6 keys, an explicit scale. */
+static tg_tensor *f_more_keys_causal(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    return tg_attention(x[0], x[1], x[2], NULL, true, 0.7);
+}
+
+/* A float [3, 6] mask with a -inf and finite offsets; it broadcasts over nothing. */
+static tg_tensor *f_float_mask(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    const double m[18] = {0, -1, 0.5, -INFINITY, 0, 2, 1, 0, 0, 0, -0.5, 0,
+                          -INFINITY, 0.3, 0, 0, 0, -2};
+    tg_tensor *mask = tg_from_data(TG_FLOAT64, 2, (int64_t[]){3, 6}, m);
+    if (mask && tg_dtype_of(x[0]) != TG_FLOAT64)
+        mask = tg_to_dtype(mask, tg_dtype_of(x[0]));
+    return tg_attention(x[0], x[1], x[2], mask, false, 0);
+}
+
+/* A bool [1, 6] mask broadcast over the queries. */
+static tg_tensor *f_bool_mask(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    const bool m[6] = {0, 1, 0, 0, 1, 0};
+    tg_tensor *mask = tg_from_data(TG_BOOL, 2, (int64_t[]){1, 6}, m);
+    return tg_attention(x[0], x[1], x[2], mask, false, 0);
+}
+
+/* Query 1 sees no key: zeros out, and the gradient through it is zero. */
+static tg_tensor *f_fully_masked_row(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    const bool m[18] = {0, 0, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 1, 0, 1, 0, 1};
+    tg_tensor *mask = tg_from_data(TG_BOOL, 2, (int64_t[]){3, 6}, m);
+    return tg_attention(x[0], x[1], x[2], mask, false, 0);
+}
+
+/* q, k, v all transposed views (non-contiguous), causal. */
+static tg_tensor *f_transposed(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    return tg_attention(tg_transpose(x[0], 0, 1), tg_transpose(x[1], 0, 1),
+                        tg_transpose(x[2], 0, 1), NULL, true, 0);
+}
+
+static tg_tensor *f_heads(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    return tg_attention(x[0], x[1], x[2], NULL, false, 0);
+}
+
+/* Heads with the head dim swapped out and back: [2,3,L,E] -> [2,L,3,E]
+ * contiguous -> transposed back, as the GPT hands its heads over. */
+static tg_tensor *f_heads_views_causal(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    tg_tensor *v[3];
+    for (int i = 0; i < 3; i++)
+        v[i] = tg_transpose(tg_contiguous(tg_transpose(x[i], 1, 2)), 1, 2);
+    return tg_attention(v[0], v[1], v[2], NULL, true, 0);
+}
+
+const gc_case cases_sdpa_fused[] = {
+    {"attention_no_mask", f_plain, square_4, 0, 0},
+    {"attention_causal", f_causal, square_4, 0, 0},
+    {"attention_more_keys_than_queries_causal", f_more_keys_causal, more_keys, 0, 0},
+    {"attention_float_mask", f_float_mask, more_keys, 0, 0},
+    {"attention_bool_mask_broadcast", f_bool_mask, more_keys, 0, 0},
+    {"attention_fully_masked_row", f_fully_masked_row, more_keys, 0, 0},
+    {"attention_transposed_inputs", f_transposed, transposed_3_5, 0, 0},
+    {"attention_heads_2x3", f_heads, heads_2x3, 0, 0},
+    {"attention_heads_views_causal", f_heads_views_causal, heads_2x3, 0, 0},
+};
+const int n_cases_sdpa_fused = sizeof cases_sdpa_fused / sizeof cases_sdpa_fused[0];
