@@ -1,19 +1,34 @@
 /* Row-major GEMM on raw buffers (see gemm.h): cblas_sgemm/cblas_dgemm when
- * the build found OpenBLAS, else the built-in blocked kernel of
- * gemm_kernel.h, instantiated here for float and double. */
+ * the build found OpenBLAS, else the built-in kernel: packed SIMD panels
+ * (gemm_packed.h, gemm_x86.c) where the CPU allows, the portable blocked
+ * kernel of gemm_kernel.h elsewhere. */
 #include "gemm.h"
+#include "gemm_x86.h"
 
 #include "tg_config.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if TG_HAVE_OPENMP
+#include <omp.h>
+#define GEMM_THREAD_NUM() omp_get_thread_num()
+#define GEMM_NUM_THREADS() omp_get_num_threads()
+#define GEMM_IN_PARALLEL() omp_in_parallel()
+#else
+#define GEMM_IN_PARALLEL() 0
+#define GEMM_THREAD_NUM() 0
+#define GEMM_NUM_THREADS() 1
+#endif
 
 #if TG_HAVE_BLAS
 #include <cblas.h>
 #endif
 
-/* Blocking of the built-in kernel, in elements. A KC x NR panel of B
+/* Blocking of the portable kernel (gemm_kernel.h), in elements; the SIMD
+ * kernels carry their own (gemm_x86.c). A KC x NR panel of B
  * (8 KiB in float) sits in L1 while an MC x KC block of A (about 100-200
  * KiB) streams from L2; NC bounds the packed B slice. NT is the width of
  * one thread's tile of C. */
@@ -55,18 +70,87 @@
 #undef GEMM_NR
 #undef GEMM_NT
 
+#define GEMM_T float
+#define GEMM_FN(name) name##_f32
+#define GEMM_UKR struct tg__ukr_f32
+#include "gemm_packed.h"
+#undef GEMM_T
+#undef GEMM_FN
+#undef GEMM_UKR
+
+#define GEMM_T double
+#define GEMM_FN(name) name##_f64
+#define GEMM_UKR struct tg__ukr_f64
+#include "gemm_packed.h"
+#undef GEMM_T
+#undef GEMM_FN
+#undef GEMM_UKR
+
+/* Threads for the packed kernel: one per GEMM_THREAD_WORK multiply-adds up
+ * to the OpenMP limit, and one inside a parallel region (a stack of small
+ * products already split over threads) so regions never nest. */
+#define GEMM_THREAD_WORK (96.0 * 96.0 * 96.0)
+static int packed_threads(int64_t m, int64_t n, int64_t k)
+{
+#if TG_HAVE_OPENMP
+    double work = (double)m * (double)n * (double)k;
+    if (omp_in_parallel() || work < 2 * GEMM_THREAD_WORK)
+        return 1;
+    int nt = omp_get_max_threads();
+    return work / GEMM_THREAD_WORK < nt ? (int)(work / GEMM_THREAD_WORK) : nt;
+#else
+    (void)m, (void)n, (void)k;
+    return 1;
+#endif
+}
+
+/* The ISA in use: -2 until first asked, then the best one the CPU has, or
+ * whatever tg__gemm_force_isa set. Atomic because the first calls may come
+ * from several threads at once; they all store the same answer. */
+static _Atomic int gemm_isa = -2;
+
+static enum tg__gemm_isa current_isa(void)
+{
+    int isa = gemm_isa;
+    if (isa == -2)
+        gemm_isa = isa = tg__gemm_isa_available(TG_GEMM_ISA_AVX512) ? TG_GEMM_ISA_AVX512
+                         : tg__gemm_isa_available(TG_GEMM_ISA_AVX2) ? TG_GEMM_ISA_AVX2
+                                                                     : TG_GEMM_ISA_GENERIC;
+    return (enum tg__gemm_isa)isa;
+}
+
+bool tg__gemm_force_isa(enum tg__gemm_isa isa)
+{
+    if (isa == TG_GEMM_ISA_AUTO) {
+        gemm_isa = -2;
+        return true;
+    }
+    if (!tg__gemm_isa_available(isa))
+        return false;
+    gemm_isa = isa;
+    return true;
+}
+
 int tg__sgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc)
 {
-    return blocked_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    const struct tg__ukr_f32 *u = tg__gemm_ukr_f32(current_isa());
+    if (!u || m <= 0 || n <= 0 || k <= 0 || alpha == 0)
+        return blocked_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return packed_f32(u, packed_threads(m, n, k), trans_a, trans_b, m, n, k, alpha, a, lda, b,
+                      ldb, beta, c, ldc);
 }
 
 int tg__dgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                       double alpha, const double *a, int64_t lda, const double *b, int64_t ldb,
                       double beta, double *c, int64_t ldc)
 {
-    return blocked_f64(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    const struct tg__ukr_f64 *u = tg__gemm_ukr_f64(current_isa());
+    if (!u || m <= 0 || n <= 0 || k <= 0 || alpha == 0)
+        return blocked_f64(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return packed_f64(u, packed_threads(m, n, k), trans_a, trans_b, m, n, k, alpha, a, lda, b,
+                      ldb, beta, c, ldc);
 }
 
 #if TG_HAVE_BLAS

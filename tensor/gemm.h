@@ -44,4 +44,19 @@ int tg__dgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       double alpha, const double *a, int64_t lda, const double *b, int64_t ldb,
                       double beta, double *c, int64_t ldc);
 
+/* The instruction sets the built-in kernel has code for; the best one the
+ * CPU supports is chosen at run time. */
+enum tg__gemm_isa {
+    TG_GEMM_ISA_AUTO = -1,   /* the best available (the default) */
+    TG_GEMM_ISA_GENERIC = 0, /* portable C, any machine */
+    TG_GEMM_ISA_AVX2 = 1,    /* AVX2 + FMA, 256-bit */
+    TG_GEMM_ISA_AVX512 = 2,  /* AVX-512F, 512-bit */
+};
+
+/* TEST-ONLY: makes the built-in kernel use isa from now on (AUTO restores
+ * the run-time choice), so the tests can reach every path the machine has.
+ * Returns false, changing nothing, when this build or CPU lacks isa. Not
+ * thread-safe: call it only while no GEMM runs. */
+bool tg__gemm_force_isa(enum tg__gemm_isa isa);
+
 #endif

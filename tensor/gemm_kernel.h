@@ -156,7 +156,8 @@ static int GEMM_FN(blocked)(bool trans_a, bool trans_b, int64_t m, int64_t n, in
     /* Every thread walks the same slice loops; the omp for loops split the
      * packing and the tiles, and their closing barriers keep a buffer from
      * being repacked while another thread still reads it. */
-#pragma omp parallel if ((double)m * (double)n * (double)k >= GEMM_PARALLEL_MIN)
+#pragma omp parallel if ((double)m * (double)n * (double)k >= GEMM_PARALLEL_MIN && \
+                         !GEMM_IN_PARALLEL())
     for (int64_t pc = 0; pc < k; pc += GEMM_KC) {
         int64_t kc = k - pc < GEMM_KC ? k - pc : GEMM_KC;
 #pragma omp for schedule(static)

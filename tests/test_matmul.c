@@ -420,6 +420,78 @@ START_TEST(gemm_with_empty_dims)
 }
 END_TEST
 
+/* Shapes that cross every blocking boundary of every ISA path (tiles of
+ * 14x32, 14x16, 6x16, 6x8; mc up to 168, kc 256, nc 2048/3072), leave edge
+ * tiles in both directions, are long enough to be split over threads (by
+ * rows, and by columns when M is one tile), or have M or N equal to 1. */
+static const int64_t isa_shapes[][3] = {/* m, n, k */
+    {1, 1, 1}, {1, 70, 300}, {70, 1, 300}, {15, 33, 5}, {170, 40, 260},
+    {29, 3100, 3}, {5, 2100, 300}, {300, 67, 100}};
+#define N_ISA_SHAPES (int)(sizeof isa_shapes / sizeof isa_shapes[0])
+static const enum tg__gemm_isa isas[] = {TG_GEMM_ISA_GENERIC, TG_GEMM_ISA_AVX2,
+                                         TG_GEMM_ISA_AVX512};
+
+/* Every ISA path this machine runs, forced in turn, on every shape above;
+ * a path the machine lacks must be refused. */
+START_TEST(every_isa_path_matches_naive_loop_across_blocks)
+{
+    enum tg__gemm_isa isa = isas[_i / N_ISA_SHAPES];
+    const int64_t *s = isa_shapes[_i % N_ISA_SHAPES];
+    if (!tg__gemm_force_isa(isa)) {
+        ck_assert_int_ne(isa, TG_GEMM_ISA_GENERIC);
+        return;
+    }
+    check_gemm(tg__dgemm_builtin, tg__sgemm_builtin, s[0], s[1], s[2]);
+    ck_assert(tg__gemm_force_isa(TG_GEMM_ISA_AUTO));
+}
+END_TEST
+
+/* beta == 0 never reads C (NaN there stays out), K == 0 gives beta * C,
+ * and alpha scales: on every ISA path, with edge tiles and padded rows. */
+START_TEST(every_isa_path_handles_beta_zero_and_empty_k)
+{
+    enum tg__gemm_isa isa = isas[_i];
+    if (!tg__gemm_force_isa(isa))
+        return;
+    enum { M = 17, N = 35, K = 9, LD = 40 };
+    static float af[M * LD], bf[K * LD], cf[M * LD];
+    static double a[M * LD], b[K * LD], c[M * LD];
+    for (int i = 0; i < M * LD; i++)
+        af[i] = (float)(a[i] = (i % 7) - 3);
+    for (int i = 0; i < K * LD; i++)
+        bf[i] = (float)(b[i] = (i % 5) - 2);
+    for (int i = 0; i < M * LD; i++)
+        cf[i] = (float)(c[i] = NAN);
+    ck_assert_int_eq(tg__dgemm_builtin(false, false, M, N, K, 2.0, a, LD, b, LD, 0.0, c, LD), 0);
+    ck_assert_int_eq(tg__sgemm_builtin(false, false, M, N, K, 2.0f, af, LD, bf, LD, 0.0f, cf, LD),
+                     0);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < LD; j++) {
+            double want = 0;
+            for (int p = 0; p < K; p++)
+                want += a[i * LD + p] * b[p * LD + j];
+            if (j >= N) { /* the padding is not touched */
+                ck_assert(isnan(c[i * LD + j]) && isnan(cf[i * LD + j]));
+                continue;
+            }
+            ck_assert_double_eq(c[i * LD + j], 2 * want);
+            ck_assert_float_eq(cf[i * LD + j], (float)(2 * want));
+        }
+    /* K == 0: C = beta * C, here -1 * (2 * want) */
+    ck_assert_int_eq(tg__dgemm_builtin(false, true, M, N, 0, 2.0, a, LD, b, LD, -1.0, c, LD), 0);
+    ck_assert_int_eq(tg__sgemm_builtin(true, false, M, N, 0, 2.0f, af, LD, bf, LD, -1.0f, cf, LD),
+                     0);
+    for (int j = 0; j < N; j++) {
+        double want = 0;
+        for (int p = 0; p < K; p++)
+            want += a[(M - 1) * LD + p] * b[p * LD + j];
+        ck_assert_double_eq(c[(M - 1) * LD + j], -2 * want);
+        ck_assert_float_eq(cf[(M - 1) * LD + j], (float)(-2 * want));
+    }
+    ck_assert(tg__gemm_force_isa(TG_GEMM_ISA_AUTO));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("matmul");
@@ -444,6 +516,10 @@ int main(void)
     tcase_add_loop_test(gemm, builtin_gemm_matches_naive_loop, 0, N_GEMM);
     tcase_add_loop_test(gemm, dispatched_gemm_matches_naive_loop, 0, N_GEMM);
     tcase_add_test(gemm, gemm_with_empty_dims);
+    tcase_add_loop_test(gemm, every_isa_path_matches_naive_loop_across_blocks, 0,
+                        3 * N_ISA_SHAPES);
+    tcase_add_loop_test(gemm, every_isa_path_handles_beta_zero_and_empty_k, 0, 3);
+    tcase_set_timeout(gemm, 60);
     suite_add_tcase(s, gemm);
     return run_suite(s);
 }

@@ -1,0 +1,146 @@
+/* The packed, blocked GEMM driver around a SIMD micro-kernel (gemm_x86.h):
+ * packing, cache blocking and the split over threads. gemm.c includes it
+ * once per type after defining GEMM_T, GEMM_FN(name) and GEMM_UKR (the
+ * kernel descriptor type). No include guard on purpose. */
+
+/* rows [i0, i0+rows) x cols [p0, p0+kc) of op(A) as consecutive mr-row
+ * panels, each [kc][mr]; the last panel's missing rows are zero. */
+static void GEMM_FN(pack_a_blk)(int mr, bool trans, const GEMM_T *a, int64_t lda, int64_t i0,
+                                int64_t rows, int64_t p0, int64_t kc, GEMM_T *restrict pa)
+{
+    for (int64_t i = 0; i < rows; i += mr, pa += mr * kc) {
+        int h = rows - i < mr ? (int)(rows - i) : mr;
+        for (int64_t p = 0; p < kc; p++) {
+            GEMM_T *dst = pa + p * mr;
+            if (trans) { /* op(A)(i, p) = a[p * lda + i]: contiguous in i */
+                const GEMM_T *src = a + (p0 + p) * lda + i0 + i;
+                for (int r = 0; r < h; r++)
+                    dst[r] = src[r];
+            } else {
+                const GEMM_T *src = a + (i0 + i) * lda + p0 + p;
+                for (int r = 0; r < h; r++)
+                    dst[r] = src[r * lda];
+            }
+            for (int r = h; r < mr; r++)
+                dst[r] = 0;
+        }
+    }
+}
+
+/* One nr-column panel of op(B): rows [p0, p0+kc) x cols [j0, j0+w), stored
+ * [kc][nr]; columns past w are zero. */
+static void GEMM_FN(pack_b_panel)(int nr, bool trans, const GEMM_T *b, int64_t ldb, int64_t j0,
+                                  int w, int64_t p0, int64_t kc, GEMM_T *restrict pb)
+{
+    for (int64_t p = 0; p < kc; p++, pb += nr) {
+        if (!trans) { /* op(B)(p, j) = b[p * ldb + j]: contiguous in j */
+            memcpy(pb, b + (p0 + p) * ldb + j0, (size_t)w * sizeof *pb);
+        } else {
+            const GEMM_T *src = b + j0 * ldb + p0 + p;
+            for (int j = 0; j < w; j++)
+                pb[j] = src[j * ldb];
+        }
+        for (int j = w; j < nr; j++)
+            pb[j] = 0;
+    }
+}
+
+/* One chunk of C: rows [i0, i0+mc) x the nr-panels [q0, q1) of the packed
+ * slice pb (ks deep, kc-deep pieces of ns_pad columns each). For every kc
+ * piece the chunk's A block is packed into pa; then one B panel (kc x nr)
+ * stays in L1 while the A block streams from L2. Edge tiles go through a
+ * scratch tile so C is never overrun. beta applies to the first piece. */
+static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int64_t lda,
+                           int64_t i0, int64_t mc, int64_t q0, int64_t q1, int64_t ns,
+                           int64_t ns_pad, int64_t p0, int64_t ks, const GEMM_T *pb,
+                           GEMM_T *pa, GEMM_T alpha, GEMM_T beta, GEMM_T *c, int64_t ldc)
+{
+    const int mr = u->mr, nr = u->nr;
+    GEMM_T tile[16 * 32]; /* mr x nr of the largest kernel */
+    for (int64_t pc = 0; pc < ks; pc += u->kc, beta = 1) {
+        int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;
+        const GEMM_T *bs = pb + pc * ns_pad;
+        GEMM_FN(pack_a_blk)(mr, trans_a, a, lda, i0, mc, p0 + pc, kc, pa);
+        for (int64_t q = q0; q < q1; q++) {
+            int64_t j = q * nr;
+            int w = ns - j < nr ? (int)(ns - j) : nr;
+            for (int64_t ir = 0; ir < mc; ir += mr) {
+                int h = mc - ir < mr ? (int)(mc - ir) : mr;
+                GEMM_T *cp = c + (i0 + ir) * ldc + j;
+                if (h == mr && w == nr) {
+                    u->fn(kc, pa + ir * kc, bs + j * kc, cp, ldc, alpha, beta);
+                    continue;
+                }
+                u->fn(kc, pa + ir * kc, bs + j * kc, tile, nr, 1, 0);
+                for (int r = 0; r < h; r++)
+                    for (int x = 0; x < w; x++)
+                        cp[r * ldc + x] = alpha * tile[r * nr + x] +
+                                          (beta == 0 ? 0 : beta * cp[r * ldc + x]);
+            }
+        }
+    }
+}
+
+/* The whole product (gemm.h's contract) with kernel u on up to nt threads.
+ * Per slice of op(B) (up to nc columns x 8 kc deep) the team packs the
+ * slice once into a shared buffer, then takes chunks of C (mc-row blocks,
+ * cut into column groups when rows are few) from a dynamic queue, each
+ * packing its own A block: on a loaded machine a thread that is held up
+ * leaves its chunks to the others instead of making them wait. */
+static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b, int64_t m,
+                           int64_t n, int64_t k, GEMM_T alpha, const GEMM_T *a, int64_t lda,
+                           const GEMM_T *b, int64_t ldb, GEMM_T beta, GEMM_T *c, int64_t ldc)
+{
+    const int mr = u->mr, nr = u->nr;
+    const int64_t ks_max = 8 * (int64_t)u->kc;
+    int64_t n_pad = ((n < u->nc ? n : u->nc) + nr - 1) / nr * nr;
+    int64_t k_max = k < ks_max ? k : ks_max, kc_max = k < u->kc ? k : u->kc;
+    /* even row blocks of at most mc rows, whole tiles each */
+    int64_t row_blocks = (m + u->mc - 1) / u->mc;
+    int64_t mc = ((m + row_blocks - 1) / row_blocks + mr - 1) / mr * mr;
+    row_blocks = (m + mc - 1) / mc;
+    int64_t groups = nt > 1 ? (4 * nt + row_blocks - 1) / row_blocks : 1;
+    size_t nb = (size_t)(n_pad * k_max + 31) / 16 * 16;
+    size_t na = (size_t)(mc * kc_max + 31) / 16 * 16;
+    GEMM_T *buf = malloc((nb + (size_t)nt * na) * sizeof *buf + 64);
+    if (!buf)
+        return -1;
+    GEMM_T *pb = (GEMM_T *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        GEMM_T *pa = pb + nb + (size_t)GEMM_THREAD_NUM() * na;
+        for (int64_t js = 0; js < n; js += u->nc) {
+            int64_t ns = n - js < u->nc ? n - js : u->nc;
+            int64_t ns_pad = (ns + nr - 1) / nr * nr, q_all = ns_pad / nr;
+            /* at least two panels per group */
+            int64_t g = groups < (q_all + 1) / 2 ? groups : (q_all + 1) / 2;
+            g = g < 1 ? 1 : g;
+            for (int64_t ps = 0; ps < k; ps += ks_max) {
+                int64_t ks = k - ps < ks_max ? k - ps : ks_max;
+                int64_t pieces = (ks + u->kc - 1) / u->kc;
+#pragma omp for schedule(dynamic)
+                for (int64_t t = 0; t < pieces * q_all; t++) {
+                    int64_t pc = t / q_all * u->kc, q = t % q_all;
+                    int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;
+                    GEMM_FN(pack_b_panel)(nr, trans_b, b, ldb, js + q * nr,
+                                          ns - q * nr < nr ? (int)(ns - q * nr) : nr,
+                                          ps + pc, kc, pb + pc * ns_pad + q * nr * kc);
+                }
+#pragma omp for schedule(dynamic) nowait
+                for (int64_t t = 0; t < row_blocks * g; t++) {
+                    int64_t i0 = t / g * mc, j = t % g;
+                    GEMM_FN(chunk)(u, trans_a, a, lda, i0, m - i0 < mc ? m - i0 : mc,
+                                   j * q_all / g, (j + 1) * q_all / g, ns, ns_pad, ps, ks, pb,
+                                   pa, alpha, ps == 0 ? beta : 1, c + js, ldc);
+                }
+                /* the next slice overwrites pb: wait for its readers (the
+                 * last slice leaves that to the end of the region) */
+                if (ps + ks < k || js + ns < n) {
+#pragma omp barrier
+                }
+            }
+        }
+    }
+    free(buf);
+    return 0;
+}

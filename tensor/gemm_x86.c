@@ -1,0 +1,172 @@
+/* AVX-512 and AVX2+FMA micro-kernels for the packed GEMM, each compiled for
+ * its ISA with a target attribute on just that function, so the library
+ * still runs on any x86-64; the CPU is asked at run time which one to use. */
+#include "gemm_x86.h"
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define TG_GEMM_X86 1
+#include <immintrin.h>
+#else
+#define TG_GEMM_X86 0
+#endif
+
+#if TG_GEMM_X86
+
+/* AVX-512: 32 zmm registers. float: 14 rows x 2 vectors (32 columns) = 28
+ * accumulators + 2 B vectors + 1 broadcast; double: the same with 16 columns. */
+#define MK_TARGET __attribute__((target("avx512f,avx2,fma")))
+#define MK_MR 14
+#define MK_NV 2
+#define MK_ZERO _mm512_setzero_ps
+#define MK_NAME ukr_avx512_f32
+#define MK_T float
+#define MK_V __m512
+#define MK_W 16
+#define MK_LOAD _mm512_loadu_ps
+#define MK_STORE _mm512_storeu_ps
+#define MK_SET1 _mm512_set1_ps
+#define MK_FMA _mm512_fmadd_ps
+#define MK_MUL _mm512_mul_ps
+#include "gemm_micro.h"
+#undef MK_ZERO
+#undef MK_NAME
+#undef MK_T
+#undef MK_V
+#undef MK_W
+#undef MK_LOAD
+#undef MK_STORE
+#undef MK_SET1
+#undef MK_FMA
+#undef MK_MUL
+
+#define MK_ZERO _mm512_setzero_pd
+#define MK_NAME ukr_avx512_f64
+#define MK_T double
+#define MK_V __m512d
+#define MK_W 8
+#define MK_LOAD _mm512_loadu_pd
+#define MK_STORE _mm512_storeu_pd
+#define MK_SET1 _mm512_set1_pd
+#define MK_FMA _mm512_fmadd_pd
+#define MK_MUL _mm512_mul_pd
+#include "gemm_micro.h"
+#undef MK_ZERO
+#undef MK_NAME
+#undef MK_T
+#undef MK_V
+#undef MK_W
+#undef MK_LOAD
+#undef MK_STORE
+#undef MK_SET1
+#undef MK_FMA
+#undef MK_MUL
+#undef MK_TARGET
+#undef MK_MR
+#undef MK_NV
+
+/* AVX2: 16 ymm registers. 6 rows x 2 vectors = 12 accumulators + 2 B + 1. */
+#define MK_TARGET __attribute__((target("avx2,fma")))
+#define MK_MR 6
+#define MK_NV 2
+#define MK_ZERO _mm256_setzero_ps
+#define MK_NAME ukr_avx2_f32
+#define MK_T float
+#define MK_V __m256
+#define MK_W 8
+#define MK_LOAD _mm256_loadu_ps
+#define MK_STORE _mm256_storeu_ps
+#define MK_SET1 _mm256_set1_ps
+#define MK_FMA _mm256_fmadd_ps
+#define MK_MUL _mm256_mul_ps
+#include "gemm_micro.h"
+#undef MK_ZERO
+#undef MK_NAME
+#undef MK_T
+#undef MK_V
+#undef MK_W
+#undef MK_LOAD
+#undef MK_STORE
+#undef MK_SET1
+#undef MK_FMA
+#undef MK_MUL
+
+#define MK_ZERO _mm256_setzero_pd
+#define MK_NAME ukr_avx2_f64
+#define MK_T double
+#define MK_V __m256d
+#define MK_W 4
+#define MK_LOAD _mm256_loadu_pd
+#define MK_STORE _mm256_storeu_pd
+#define MK_SET1 _mm256_set1_pd
+#define MK_FMA _mm256_fmadd_pd
+#define MK_MUL _mm256_mul_pd
+#include "gemm_micro.h"
+#undef MK_ZERO
+#undef MK_NAME
+#undef MK_T
+#undef MK_V
+#undef MK_W
+#undef MK_LOAD
+#undef MK_STORE
+#undef MK_SET1
+#undef MK_FMA
+#undef MK_MUL
+#undef MK_TARGET
+#undef MK_MR
+#undef MK_NV
+
+/* {mr, nr, mc, kc, nc}. A kc x nr panel of B (32 KiB for float AVX-512)
+ * is reused from L1 across a whole mc-row block of A (mc x kc, ~170 KiB,
+ * kept in the 1 MiB L2); nc bounds the packed slice of B the threads share.
+ * On Zen 4 (512-bit FMAs issued as two 256-bit halves) the AVX2 kernel is
+ * nearly as fast as the AVX-512 one. */
+static const struct tg__ukr_f32 avx512_f32 = {14, 32, 168, 256, 3072, ukr_avx512_f32};
+static const struct tg__ukr_f64 avx512_f64 = {14, 16, 112, 256, 2048, ukr_avx512_f64};
+static const struct tg__ukr_f32 avx2_f32 = {6, 16, 144, 256, 3072, ukr_avx2_f32};
+static const struct tg__ukr_f64 avx2_f64 = {6, 8, 96, 256, 2048, ukr_avx2_f64};
+
+bool tg__gemm_isa_available(enum tg__gemm_isa isa)
+{
+    switch (isa) {
+    case TG_GEMM_ISA_GENERIC:
+        return true;
+    case TG_GEMM_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case TG_GEMM_ISA_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+               __builtin_cpu_supports("fma");
+    default:
+        return false;
+    }
+}
+
+const struct tg__ukr_f32 *tg__gemm_ukr_f32(enum tg__gemm_isa isa)
+{
+    return isa == TG_GEMM_ISA_AVX512 ? &avx512_f32 : isa == TG_GEMM_ISA_AVX2 ? &avx2_f32 : NULL;
+}
+
+const struct tg__ukr_f64 *tg__gemm_ukr_f64(enum tg__gemm_isa isa)
+{
+    return isa == TG_GEMM_ISA_AVX512 ? &avx512_f64 : isa == TG_GEMM_ISA_AVX2 ? &avx2_f64 : NULL;
+}
+
+#else /* not x86-64 with GCC or Clang: only the portable kernel */
+
+bool tg__gemm_isa_available(enum tg__gemm_isa isa)
+{
+    return isa == TG_GEMM_ISA_GENERIC;
+}
+
+const struct tg__ukr_f32 *tg__gemm_ukr_f32(enum tg__gemm_isa isa)
+{
+    (void)isa;
+    return NULL;
+}
+
+const struct tg__ukr_f64 *tg__gemm_ukr_f64(enum tg__gemm_isa isa)
+{
+    (void)isa;
+    return NULL;
+}
+
+#endif

@@ -1,0 +1,34 @@
+/* The SIMD micro-kernels of the packed GEMM and the table that picks one for
+ * the running CPU: AVX-512 and AVX2+FMA on x86-64, none elsewhere (the
+ * portable kernel of gemm_kernel.h then runs). Internal to tensor/gemm*.c. */
+#ifndef TG_GEMM_X86_H
+#define TG_GEMM_X86_H
+
+#include "gemm.h"
+
+/* C[mr][nr] = alpha * pa @ pb + beta * C for packed panels pa = [kc][mr],
+ * pb = [kc][nr]; beta == 0 never reads C. */
+typedef void (*tg__ukr_f32_fn)(int64_t kc, const float *pa, const float *pb, float *c,
+                               int64_t ldc, float alpha, float beta);
+typedef void (*tg__ukr_f64_fn)(int64_t kc, const double *pa, const double *pb, double *c,
+                               int64_t ldc, double alpha, double beta);
+
+/* A micro-kernel with its tile (mr x nr) and the cache blocking that suits
+ * it, in elements: an mc x kc block of A for L2, a kc x nc slice of B. */
+struct tg__ukr_f32 {
+    int mr, nr, mc, kc, nc;
+    tg__ukr_f32_fn fn;
+};
+struct tg__ukr_f64 {
+    int mr, nr, mc, kc, nc;
+    tg__ukr_f64_fn fn;
+};
+
+/* Whether this build has kernels for isa and the CPU runs them. */
+bool tg__gemm_isa_available(enum tg__gemm_isa isa);
+/* The kernel for isa (TG_GEMM_ISA_AVX2 or _AVX512), or NULL when there is
+ * none: the caller then uses the portable kernel. */
+const struct tg__ukr_f32 *tg__gemm_ukr_f32(enum tg__gemm_isa isa);
+const struct tg__ukr_f64 *tg__gemm_ukr_f64(enum tg__gemm_isa isa);
+
+#endif
