@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static _Thread_local bool grad_disabled;
-static _Thread_local bool anomaly_on;
-static _Thread_local tg_backward_observer observer;
-static _Thread_local void *observer_user;
-static _Thread_local int64_t visit_mark;
+static TG_TLS bool grad_disabled;
+static TG_TLS bool anomaly_on;
+static TG_TLS tg_backward_observer observer;
+static TG_TLS void *observer_user;
+static TG_TLS int64_t visit_mark;
 
 static const char *const op_names[] = {
 #define TG_OP(name, text) text,
@@ -229,6 +229,11 @@ bool tg__needs_grad(int n, const tg_tensor *const *inputs)
     return false;
 }
 
+static size_t node_size(int n)
+{
+    return sizeof(tg_node) + (size_t)n * (sizeof(tg_tensor *) + sizeof(bool));
+}
+
 tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
                       const tg_tensor *const *inputs, tg_node **node_out)
 {
@@ -247,21 +252,20 @@ tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
     }
     if (!tg__needs_grad(n, inputs))
         return tg__ret(out);
-    tg_node *node = calloc(1, sizeof *node);
-    tg_tensor **in = calloc((size_t)n, sizeof *in);
-    bool *needs = calloc((size_t)n, sizeof *needs);
-    if (!node || !in || !needs) {
-        free(node);
-        free(in);
-        free(needs);
+    /* One allocation: the node, then its inputs[n] and needs[n]. */
+    tg_node *node = tg__small_alloc(node_size(n));
+    if (!node) {
         tg_release(out);
         return tg__fail(TG_ERR_NOMEM, "tg_%s: out of memory recording the graph",
                         tg_op_name(op));
     }
     node->refcount = 1;
+    node->bytes = node_size(n);
     node->op = op;
     node->backward = backward;
     node->n_inputs = n;
+    tg_tensor **in = (tg_tensor **)(node + 1);
+    bool *needs = (bool *)(in + n);
     node->inputs = in;
     node->needs = needs;
     for (int i = 0; i < n; i++) {
@@ -296,9 +300,7 @@ static void free_links(tg_node *node)
         tg_release(node->saved[i]);
         node->saved[i] = NULL;
     }
-    free(node->inputs);
-    free(node->needs);
-    node->inputs = NULL;
+    node->inputs = NULL; /* the arrays live in the node's own allocation */
     node->needs = NULL;
     node->n_inputs = 0;
     tg_release(node->grad);
@@ -311,7 +313,7 @@ void tg__node_release(tg_node *node)
     if (!node || --node->refcount > 0)
         return;
     free_links(node);
-    free(node);
+    tg__small_free(node, node->bytes);
 }
 
 /* ---- backward ------------------------------------------------------------- */
@@ -339,6 +341,23 @@ tg_tensor *tg__sum_to(const tg_tensor *grad, int ndim, const int64_t *shape)
 /* grad += g, in place: grad is the leaf's own contiguous tensor. */
 static void add_into(tg_tensor *grad, const tg_tensor *g)
 {
+    int64_t n = tg__numel(g->ndim, g->shape);
+    if (n > TG_PAR_MIN && tg_is_contiguous(g)) { /* a large weight's gradient */
+        if (grad->dtype == TG_FLOAT32) {
+            float *d = tg__ptr(grad);
+            const float *s = tg__ptr(g);
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < n; i++)
+                d[i] += s[i];
+        } else {
+            double *d = tg__ptr(grad);
+            const double *s = tg__ptr(g);
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < n; i++)
+                d[i] += s[i];
+        }
+        return;
+    }
     int64_t strides[2][TG_MAX_DIMS];
     memcpy(strides[0], grad->stride, sizeof strides[0]);
     memcpy(strides[1], g->stride, sizeof strides[1]);

@@ -23,6 +23,7 @@ typedef int (*tg_backward_fn)(tg_node *node, const tg_tensor *grad, tg_tensor **
 
 struct tg_node {
     int64_t refcount; /* the output tensor's, plus the engine's while it runs */
+    size_t bytes;     /* its allocation, inputs[] and needs[] included */
     tg_op op;
     tg_backward_fn backward;
     int n_inputs;

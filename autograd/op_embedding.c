@@ -119,7 +119,7 @@ tg_tensor *tg_embedding(const tg_tensor *weight, const tg_tensor *indices)
     const tg_tensor *inputs[1] = {weight};
     bool grad = tg__needs_grad(1, inputs);
     tg_tensor *kept = !grad ? NULL : ic == indices ? tg__convert(ic, TG_INT64) : tg_retain(ic);
-    tg_tensor *out = grad && !kept ? NULL : tg__empty(weight->dtype, indices->ndim + 1, shape);
+    tg_tensor *out = grad && !kept ? NULL : tg__empty_uninit(weight->dtype, indices->ndim + 1, shape);
     if (out)
         gather_rows(out, weight, tg__ptr(ic), n);
     tg_release(ic);

@@ -63,67 +63,115 @@ static int check_args(const tg_tensor *x, int norm_ndim, const tg_tensor *weight
     return 0;
 }
 
-/* out, mean, rstd = layer_norm(x) over rows of d elements.
+/* out, mean, rstd = layer_norm(x) for row r of d elements.
  * x, out: [rows, d] contiguous, x's dtype; w, b: [d] or NULL;
  * mean, rstd: [rows] float64, kept for backward. */
+static void forward_row(void *out, double *mean, double *rstd, const void *x, const void *w,
+                        const void *b, int64_t r, int64_t d, double eps, tg_dtype dt)
+{
+    int64_t base = r * d;
+    /* Welford: one pass, and no cancellation when |mean| >> std */
+    double m = 0, m2 = 0;
+    for (int64_t i = 0; i < d; i++) {
+        double v = ld(x, dt, base + i), delta = v - m;
+        m += delta / (double)(i + 1);
+        m2 += delta * (v - m);
+    }
+    double s = 1.0 / sqrt(m2 / (double)d + eps); /* biased variance, as PyTorch */
+    mean[r] = m;
+    rstd[r] = s;
+    for (int64_t i = 0; i < d; i++) {
+        double y = (ld(x, dt, base + i) - m) * s;
+        if (w)
+            y *= ld(w, dt, i);
+        if (b)
+            y += ld(b, dt, i);
+        st(out, dt, base + i, y);
+    }
+}
+
 static void layer_norm_forward(void *out, double *mean, double *rstd, const void *x,
                                const void *w, const void *b, int64_t rows, int64_t d,
                                double eps, tg_dtype dt)
 {
+    if (rows > 1 && rows * d > TG_PAR_MIN) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++)
+            forward_row(out, mean, rstd, x, w, b, r, d, eps, dt);
+    } else {
+        for (int64_t r = 0; r < rows; r++)
+            forward_row(out, mean, rstd, x, w, b, r, d, eps, dt);
+    }
+}
+
+/* Backward, with xhat = (x - mean) * rstd and dxhat = g * w:
+ *   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+ *   dw = sum_rows g * xhat,  db = sum_rows g
+ * All [rows, d] or [d] as in the forward. dx of row r: */
+static void dx_row(void *dx, const void *g, const void *x, const void *w, const double *mean,
+                   const double *rstd, int64_t r, int64_t d, tg_dtype dt)
+{
+    int64_t base = r * d;
+    double m = mean[r], s = rstd[r], sum_dxhat = 0, sum_dxhat_xhat = 0;
+    for (int64_t i = 0; i < d; i++) {
+        double gi = ld(g, dt, base + i), xhat = (ld(x, dt, base + i) - m) * s;
+        double dxhat = w ? gi * ld(w, dt, i) : gi;
+        sum_dxhat += dxhat;
+        sum_dxhat_xhat += dxhat * xhat;
+    }
+    double a = sum_dxhat / (double)d, c = sum_dxhat_xhat / (double)d;
+    for (int64_t i = 0; i < d; i++) {
+        double gi = ld(g, dt, base + i), xhat = (ld(x, dt, base + i) - m) * s;
+        double dxhat = w ? gi * ld(w, dt, i) : gi;
+        st(dx, dt, base + i, s * (dxhat - a - xhat * c));
+    }
+}
+
+/* dw_acc, db_acc ([d] float64, zeroed by the caller, either NULL) over the
+ * columns [i0, i1), summing rows in order: each column has one owner, so the
+ * sums need no locks and come out the same on any thread count. */
+static void param_cols(double *dw_acc, double *db_acc, const void *g, const void *x,
+                       const double *mean, const double *rstd, int64_t rows, int64_t d,
+                       int64_t i0, int64_t i1, tg_dtype dt)
+{
     for (int64_t r = 0; r < rows; r++) {
         int64_t base = r * d;
-        /* Welford: one pass, and no cancellation when |mean| >> std */
-        double m = 0, m2 = 0;
-        for (int64_t i = 0; i < d; i++) {
-            double v = ld(x, dt, base + i), delta = v - m;
-            m += delta / (double)(i + 1);
-            m2 += delta * (v - m);
-        }
-        double s = 1.0 / sqrt(m2 / (double)d + eps); /* biased variance, as PyTorch */
-        mean[r] = m;
-        rstd[r] = s;
-        for (int64_t i = 0; i < d; i++) {
-            double y = (ld(x, dt, base + i) - m) * s;
-            if (w)
-                y *= ld(w, dt, i);
-            if (b)
-                y += ld(b, dt, i);
-            st(out, dt, base + i, y);
+        double m = mean[r], s = rstd[r];
+        for (int64_t i = i0; i < i1; i++) {
+            double gi = ld(g, dt, base + i);
+            if (dw_acc)
+                dw_acc[i] += gi * (ld(x, dt, base + i) - m) * s;
+            if (db_acc)
+                db_acc[i] += gi;
         }
     }
 }
 
-/* dx, dw, db from g and the saved statistics; all [rows, d] or [d] as in the
- * forward, any of dx, dw, db NULL when not needed. With xhat = (x - mean) * rstd
- * and dxhat = g * w:
- *   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
- *   dw = sum_rows g * xhat,  db = sum_rows g
- * dw_acc and db_acc are [d] float64 scratch, zeroed by the caller. */
+/* Any of dx, dw_acc, db_acc NULL when not needed. */
 static void layer_norm_backward(void *dx, double *dw_acc, double *db_acc, const void *g,
                                 const void *x, const void *w, const double *mean,
                                 const double *rstd, int64_t rows, int64_t d, tg_dtype dt)
 {
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t base = r * d;
-        double m = mean[r], s = rstd[r], sum_dxhat = 0, sum_dxhat_xhat = 0;
-        for (int64_t i = 0; i < d; i++) {
-            double gi = ld(g, dt, base + i), xhat = (ld(x, dt, base + i) - m) * s;
-            double dxhat = w ? gi * ld(w, dt, i) : gi;
-            sum_dxhat += dxhat;
-            sum_dxhat_xhat += dxhat * xhat;
-            if (dw_acc)
-                dw_acc[i] += gi * xhat;
-            if (db_acc)
-                db_acc[i] += gi;
-        }
-        if (!dx)
-            continue;
-        double a = sum_dxhat / (double)d, c = sum_dxhat_xhat / (double)d;
-        for (int64_t i = 0; i < d; i++) {
-            double gi = ld(g, dt, base + i), xhat = (ld(x, dt, base + i) - m) * s;
-            double dxhat = w ? gi * ld(w, dt, i) : gi;
-            st(dx, dt, base + i, s * (dxhat - a - xhat * c));
-        }
+    bool par = rows > 1 && rows * d > TG_PAR_MIN;
+    if (dx && par) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++)
+            dx_row(dx, g, x, w, mean, rstd, r, d, dt);
+    } else if (dx) {
+        for (int64_t r = 0; r < rows; r++)
+            dx_row(dx, g, x, w, mean, rstd, r, d, dt);
+    }
+    if (!dw_acc && !db_acc)
+        return;
+    enum { COLS = 64 }; /* columns per chunk: a cache line or more of each row */
+    int64_t chunks = (d + COLS - 1) / COLS;
+    if (par && chunks > 1) {
+#pragma omp parallel for schedule(static)
+        for (int64_t c = 0; c < chunks; c++)
+            param_cols(dw_acc, db_acc, g, x, mean, rstd, rows, d, c * COLS,
+                       c * COLS + COLS < d ? c * COLS + COLS : d, dt);
+    } else {
+        param_cols(dw_acc, db_acc, g, x, mean, rstd, rows, d, 0, d, dt);
     }
 }
 
@@ -147,7 +195,7 @@ static int layer_norm_grads(tg_node *n, const tg_tensor *g, tg_tensor **grads)
     row_geometry(x, (int)n->iargs[0], &rows, &d);
     tg_tensor *gc = tg__contiguous(g), *xc = tg__contiguous(x);
     tg_tensor *wc = w ? tg__contiguous(w) : NULL;
-    tg_tensor *dx = n->needs[0] ? tg__empty_like(x) : NULL;
+    tg_tensor *dx = n->needs[0] ? tg__empty_uninit_like(x) : NULL; /* all written */
     tg_tensor *dw = scratch(n->needs[1], d), *db = scratch(n->needs[2], d);
     int rc = -1;
     if (gc && xc && (!w || wc) && (!n->needs[0] || dx) && (!n->needs[1] || dw) &&
@@ -184,7 +232,7 @@ tg_tensor *tg_layer_norm(const tg_tensor *x, int norm_ndim, const tg_tensor *wei
     tg_tensor *xc = tg__contiguous(x);
     tg_tensor *wc = weight ? tg__contiguous(weight) : NULL;
     tg_tensor *bc = bias ? tg__contiguous(bias) : NULL;
-    tg_tensor *out = tg__empty_like(x);
+    tg_tensor *out = tg__empty_uninit_like(x); /* all written (none when d is 0) */
     tg_tensor *mean = tg__empty(TG_FLOAT64, 1, (int64_t[]){rows});
     tg_tensor *rstd = tg__empty(TG_FLOAT64, 1, (int64_t[]){rows});
     bool ok = xc && (!weight || wc) && (!bias || bc) && out && mean && rstd;

@@ -12,7 +12,7 @@
  * src's shape) is true. New tensor. */
 static tg_tensor *fill_where(const tg_tensor *src, const tg_tensor *mask, double value)
 {
-    tg_tensor *out = tg__empty_like(src);
+    tg_tensor *out = tg__empty_uninit_like(src); /* every element is written */
     if (!out)
         return NULL;
     int64_t strides[3][TG_MAX_DIMS];
@@ -93,7 +93,7 @@ static int dropout_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
  * whatever x's layout. New contiguous tensor of x's shape and dtype. */
 static tg_tensor *draw_scale(const tg_tensor *x, double p, tg_rng *rng)
 {
-    tg_tensor *scale = tg__empty_like(x);
+    tg_tensor *scale = tg__empty_uninit_like(x); /* every element is written */
     if (!scale)
         return NULL;
     double keep = 1.0 / (1.0 - p);

@@ -129,6 +129,23 @@ static bool rows_collapse(const tg_tensor *t, int64_t ld)
     return true;
 }
 
+/* Product i of the batch into its slice of out (rows m, columns n). */
+static int product(tg_tensor *out, const mm_operand *oa, const mm_operand *ob, const mm_shape *s,
+                   int64_t i, int64_t m, int64_t n, int64_t k, bool builtin)
+{
+    size_t es = tg_dtype_size(out->dtype);
+    int64_t off_a = 0, off_b = 0, rest = i;
+    for (int d = s->nb - 1; d >= 0 && i > 0; d--) {
+        int64_t idx = rest % s->batch[d];
+        rest /= s->batch[d];
+        off_a += idx * oa->bstride[d];
+        off_b += idx * ob->bstride[d];
+    }
+    return tg__gemm(out->dtype, builtin, oa->trans, ob->trans, m, n, k, 1.0,
+                    oa->data + off_a * (int64_t)es, oa->ld, ob->data + off_b * (int64_t)es, ob->ld,
+                    0.0, (char *)tg__ptr(out) + i * m * n * (int64_t)es, n);
+}
+
 /* out (contiguous, s.out_shape) = a @ b, for m, n, k > 0. Operands with no
  * GEMM layout are copied to contiguous first. 0, or -1 on failure. */
 static int mm_forward(const tg_tensor *a, const tg_tensor *b, const mm_shape *s, tg_tensor *out)
@@ -154,25 +171,20 @@ static int mm_forward(const tg_tensor *a, const tg_tensor *b, const mm_shape *s,
         m *= count;
         count = 1;
     }
-    size_t es = tg_dtype_size(out->dtype);
-    char *c = tg__ptr(out);
     int failed = 0;
     /* A stack of small products is split over threads, each running the
      * built-in kernel; a large product is threaded inside GEMM instead. */
     double work = (double)m * (double)n * (double)k;
     bool batch_parallel = count > 1 && work < MM_SMALL && work * (double)count >= MM_BATCH_MIN;
-#pragma omp parallel for if (batch_parallel) reduction(+ : failed) schedule(static)
-    for (int64_t i = 0; i < count; i++) {
-        int64_t off_a = 0, off_b = 0, rest = i;
-        for (int d = s->nb - 1; d >= 0 && count > 1; d--) {
-            int64_t idx = rest % s->batch[d];
-            rest /= s->batch[d];
-            off_a += idx * oa.bstride[d];
-            off_b += idx * ob.bstride[d];
-        }
-        failed += tg__gemm(out->dtype, batch_parallel, oa.trans, ob.trans, m, n, k, 1.0,
-                           oa.data + off_a * (int64_t)es, oa.ld, ob.data + off_b * (int64_t)es,
-                           ob.ld, 0.0, c + i * m * n * (int64_t)es, n) < 0;
+    /* The branch in C, not an OpenMP if clause: a region that the clause
+     * turns off still costs a runtime call and an allocation per matmul. */
+    if (batch_parallel) {
+#pragma omp parallel for reduction(+ : failed) schedule(static)
+        for (int64_t i = 0; i < count; i++)
+            failed += product(out, &oa, &ob, s, i, m, n, k, true) < 0;
+    } else {
+        for (int64_t i = 0; i < count; i++)
+            failed += product(out, &oa, &ob, s, i, m, n, k, false) < 0;
     }
     tg_release(ca);
     tg_release(cb);
@@ -263,8 +275,9 @@ tg_tensor *tg_matmul(const tg_tensor *a, const tg_tensor *b)
     mm_shape s;
     if (mm_check(a, b, &s) < 0)
         return NULL;
-    /* Zero-filled, so an empty product or k == 0 needs no GEMM. */
-    tg_tensor *out = tg__empty(a->dtype, s.out_ndim, s.out_shape);
+    /* GEMM writes every element (beta 0); only k == 0 needs the zeros. */
+    tg_tensor *out = s.k > 0 ? tg__empty_uninit(a->dtype, s.out_ndim, s.out_shape)
+                             : tg__empty(a->dtype, s.out_ndim, s.out_shape);
     if (out && tg__numel(s.out_ndim, s.out_shape) > 0 && s.k > 0 && mm_forward(a, b, &s, out) < 0) {
         tg_release(out);
         return NULL;

@@ -159,8 +159,8 @@ static int max_kernel(const tg_tensor *x, int dim, tg_tensor **values, tg_tensor
     int64_t shape[TG_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[dim] = 1;
-    *values = tg__empty(x->dtype, x->ndim, shape);
-    *indices = tg__empty(TG_INT64, x->ndim, shape);
+    *values = tg__empty_uninit(x->dtype, x->ndim, shape); /* each written below */
+    *indices = tg__empty_uninit(TG_INT64, x->ndim, shape);
     if (!*values || !*indices)
         return -1;
     int64_t strides[3][TG_MAX_DIMS];

@@ -5,6 +5,9 @@
 
 #include <string.h>
 
+/* The requested shape, formatted only when a message needs it. */
+#define WANT_STR tg__shape_str((char[96]){0}, 96, ndim, shape)
+
 /* ---- transpose ------------------------------------------------------------- */
 
 static int transpose_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
@@ -136,7 +139,6 @@ static int infer_shape(const char *fn, const tg_tensor *x, int ndim, const int64
         tg__fail(TG_ERR_NULL, "%s: shape is NULL for ndim %d", fn, ndim);
         return -1;
     }
-    const char *want = tg__shape_str((char[96]){0}, 96, ndim, shape);
     int64_t numel = tg__numel(x->ndim, x->shape), known = 1;
     int infer = -1;
     bool overflow = false, has_zero = false;
@@ -146,13 +148,13 @@ static int infer_shape(const char *fn, const tg_tensor *x, int ndim, const int64
         out[i] = shape[i];
         if (shape[i] == -1) {
             if (infer >= 0) {
-                tg__fail(TG_ERR_SHAPE, "%s: more than one -1 in %s", fn, want);
+                tg__fail(TG_ERR_SHAPE, "%s: more than one -1 in %s", fn, WANT_STR);
                 return -1;
             }
             infer = i;
         } else if (shape[i] < 0) {
             tg__fail(TG_ERR_SHAPE, "%s: negative size %lld in dim %d of %s", fn,
-                     (long long)shape[i], i, want);
+                     (long long)shape[i], i, WANT_STR);
             return -1;
         } else if (has_zero) {
             known = 0;
@@ -164,14 +166,14 @@ static int infer_shape(const char *fn, const tg_tensor *x, int ndim, const int64
     }
     if (infer >= 0 && known == 0) {
         tg__fail(TG_ERR_SHAPE, "%s: the -1 in %s is ambiguous: the other sizes hold 0 elements",
-                 fn, want);
+                 fn, WANT_STR);
         return -1;
     }
     if (infer >= 0 && !overflow && numel % known == 0)
         out[infer] = numel / known;
     else if (infer >= 0 || overflow || known != numel) {
         tg__fail(TG_ERR_SHAPE, "%s: cannot reshape %s (%lld elements) into %s", fn,
-                 TG_SHAPE_STR(x), (long long)numel, want);
+                 TG_SHAPE_STR(x), (long long)numel, WANT_STR);
         return -1;
     }
     return 0;
@@ -317,7 +319,6 @@ tg_tensor *tg_expand(const tg_tensor *x, int ndim, const int64_t *shape)
                         __func__, TG_SHAPE_STR(x), ndim, x->ndim, TG_MAX_DIMS);
     if (ndim > 0 && !shape)
         return tg__fail(TG_ERR_NULL, "%s: shape is NULL for ndim %d", __func__, ndim);
-    const char *want = tg__shape_str((char[96]){0}, 96, ndim, shape);
     int64_t out_shape[TG_MAX_DIMS], stride[TG_MAX_DIMS];
     int lead = ndim - x->ndim;
     for (int d = 0; d < ndim; d++) {
@@ -325,11 +326,11 @@ tg_tensor *tg_expand(const tg_tensor *x, int ndim, const int64_t *shape)
         int64_t have = xd >= 0 ? x->shape[xd] : 1;
         if (shape[d] < -1 || (shape[d] == -1 && xd < 0))
             return tg__fail(TG_ERR_SHAPE, "%s: size %lld in dim %d of %s is not allowed for %s",
-                            __func__, (long long)shape[d], d, want, TG_SHAPE_STR(x));
+                            __func__, (long long)shape[d], d, WANT_STR, TG_SHAPE_STR(x));
         out_shape[d] = shape[d] == -1 ? have : shape[d];
         if (out_shape[d] != have && have != 1)
             return tg__fail(TG_ERR_SHAPE, "%s: cannot expand %s to %s: dim %d has size %lld, "
-                            "only size-1 dims can grow", __func__, TG_SHAPE_STR(x), want, d,
+                            "only size-1 dims can grow", __func__, TG_SHAPE_STR(x), WANT_STR, d,
                             (long long)have);
         /* a dim that grows from 1 repeats its one element: stride 0 */
         stride[d] = xd >= 0 && out_shape[d] == have ? x->stride[xd] : 0;
@@ -408,7 +409,7 @@ tg_tensor *tg_concat(const tg_tensor *const *xs, int n, int dim)
     int64_t shape[TG_MAX_DIMS];
     if (concat_shape(xs, n, dim, &d, shape) < 0)
         return NULL;
-    tg_tensor *out = tg__empty(xs[0]->dtype, xs[0]->ndim, shape);
+    tg_tensor *out = tg__empty_uninit(xs[0]->dtype, xs[0]->ndim, shape); /* the parts tile it */
     int64_t start = 0;
     for (int i = 0; out && i < n; i++) {
         tg_tensor *part = tg__view(out, out->ndim, xs[i]->shape, out->stride,

@@ -5,9 +5,6 @@
 
 #include <string.h>
 
-/* Work above this many elements is split over rows with OpenMP. */
-#define PAR_MIN 32768
-
 /* How x is cut into rows along dim: rows of len elements, step apart. A
  * 0-dim tensor is one row of one element. */
 typedef struct {
@@ -100,22 +97,45 @@ static int64_t row_step(const tg_tensor *t, const row_plan *p)
 DEFINE_SOFTMAX_KERNELS(float, f32)
 DEFINE_SOFTMAX_KERNELS(double, f64)
 
-/* out (contiguous, x's shape) = softmax or log_softmax of x along p's dim. */
+static void forward_row(const tg_tensor *x, tg_tensor *out, const row_plan *p, int64_t xs,
+                        int64_t os, bool log_space, int64_t r)
+{
+    int64_t xo = row_offset(x, p, r), oo = row_offset(out, p, r);
+    if (x->dtype == TG_FLOAT32)
+        forward_f32((const float *)tg__ptr(x) + xo, (float *)tg__ptr(out) + oo, p->len, xs, os,
+                    log_space);
+    else
+        forward_f64((const double *)tg__ptr(x) + xo, (double *)tg__ptr(out) + oo, p->len, xs,
+                    os, log_space);
+}
+
+/* out (contiguous, x's shape) = softmax or log_softmax of x along p's dim.
+ * A C branch, not an if() clause, keeps small ones out of OpenMP entirely. */
 static void forward_rows(const tg_tensor *x, tg_tensor *out, const row_plan *p, bool log_space)
 {
     int64_t xs = row_step(x, p), os = row_step(out, p);
-    bool par = p->rows > 1 && p->rows * p->len > PAR_MIN;
-    (void)par;
-#pragma omp parallel for if (par) schedule(static)
-    for (int64_t r = 0; r < p->rows; r++) {
-        int64_t xo = row_offset(x, p, r), oo = row_offset(out, p, r);
-        if (x->dtype == TG_FLOAT32)
-            forward_f32((const float *)tg__ptr(x) + xo, (float *)tg__ptr(out) + oo, p->len,
-                        xs, os, log_space);
-        else
-            forward_f64((const double *)tg__ptr(x) + xo, (double *)tg__ptr(out) + oo, p->len,
-                        xs, os, log_space);
+    if (p->rows > 1 && p->rows * p->len > TG_PAR_MIN) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < p->rows; r++)
+            forward_row(x, out, p, xs, os, log_space, r);
+    } else {
+        for (int64_t r = 0; r < p->rows; r++)
+            forward_row(x, out, p, xs, os, log_space, r);
     }
+}
+
+static void backward_row(const tg_tensor *y, const tg_tensor *g, tg_tensor *dx,
+                         const row_plan *p, const int64_t *steps, bool log_space, int64_t r)
+{
+    int64_t yo = row_offset(y, p, r), go = row_offset(g, p, r), dof = row_offset(dx, p, r);
+    if (y->dtype == TG_FLOAT32)
+        backward_f32((const float *)tg__ptr(y) + yo, (const float *)tg__ptr(g) + go,
+                     (float *)tg__ptr(dx) + dof, p->len, steps[0], steps[1], steps[2],
+                     log_space);
+    else
+        backward_f64((const double *)tg__ptr(y) + yo, (const double *)tg__ptr(g) + go,
+                     (double *)tg__ptr(dx) + dof, p->len, steps[0], steps[1], steps[2],
+                     log_space);
 }
 
 /* dx (contiguous) from the saved output y and the upstream g (any layout,
@@ -123,18 +143,14 @@ static void forward_rows(const tg_tensor *x, tg_tensor *out, const row_plan *p, 
 static void backward_rows(const tg_tensor *y, const tg_tensor *g, tg_tensor *dx,
                           const row_plan *p, bool log_space)
 {
-    int64_t ys = row_step(y, p), gs = row_step(g, p), ds = row_step(dx, p);
-    bool par = p->rows > 1 && p->rows * p->len > PAR_MIN;
-    (void)par;
-#pragma omp parallel for if (par) schedule(static)
-    for (int64_t r = 0; r < p->rows; r++) {
-        int64_t yo = row_offset(y, p, r), go = row_offset(g, p, r), dof = row_offset(dx, p, r);
-        if (y->dtype == TG_FLOAT32)
-            backward_f32((const float *)tg__ptr(y) + yo, (const float *)tg__ptr(g) + go,
-                         (float *)tg__ptr(dx) + dof, p->len, ys, gs, ds, log_space);
-        else
-            backward_f64((const double *)tg__ptr(y) + yo, (const double *)tg__ptr(g) + go,
-                         (double *)tg__ptr(dx) + dof, p->len, ys, gs, ds, log_space);
+    const int64_t steps[3] = {row_step(y, p), row_step(g, p), row_step(dx, p)};
+    if (p->rows > 1 && p->rows * p->len > TG_PAR_MIN) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < p->rows; r++)
+            backward_row(y, g, dx, p, steps, log_space, r);
+    } else {
+        for (int64_t r = 0; r < p->rows; r++)
+            backward_row(y, g, dx, p, steps, log_space, r);
     }
 }
 
@@ -149,7 +165,7 @@ static int softmax_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
         tg__fail(TG_ERR_NOMEM, "tg_%s: backward lacks the saved output", tg_op_name(n->op));
         return -1;
     }
-    tg_tensor *dx = tg__empty_like(y);
+    tg_tensor *dx = tg__empty_uninit_like(y); /* every row is written */
     if (!dx)
         return -1;
     row_plan p = plan_rows(y, (int)n->iargs[0]);
@@ -168,7 +184,7 @@ static tg_tensor *softmax_op(const char *fn, const tg_tensor *x, int dim, bool l
     if (d < 0)
         return NULL;
     tg_op op = log_space ? TG_OP_LOG_SOFTMAX : TG_OP_SOFTMAX;
-    tg_tensor *out = tg__empty_like(x);
+    tg_tensor *out = tg__empty_uninit_like(x); /* every row is written */
     if (!out) /* through tg__finish, which names the op in the error */
         return tg__finish(NULL, op, softmax_backward, 1, (const tg_tensor *[]){x}, NULL);
     row_plan p = plan_rows(x, d);

@@ -13,6 +13,10 @@ typedef struct tg_storage {
     int64_t refcount;
     void *data;
     size_t nbytes;
+    /* Bytes behind data: nbytes rounded up to the storage cache's size class
+     * (tensor.c), so a freed buffer serves any later request of its class. */
+    size_t capacity;
+    struct tg_storage *next_free; /* the cache's free list */
     /* How data goes back: the hook of tg_set_allocator that was current when
      * it was allocated (NULL: the C library's free). */
     void (*free_fn)(void *ptr, void *user);
@@ -62,9 +66,20 @@ tg_tensor *tg__ret(tg_tensor *t);
 
 /* ---- allocation --------------------------------------------------------- */
 
-/* A new contiguous tensor, zero-filled. NULL with TG_ERR_NOMEM on failure. */
+/* Zeroed memory for a tensor header or a graph node, from a per-thread list
+ * of freed blocks when size is small; give it back with the same size.
+ * NULL when memory runs out. */
+void *tg__small_alloc(size_t size);
+void tg__small_free(void *p, size_t size);
+
+/* A new contiguous tensor, zero-filled. NULL with TG_ERR_NOMEM on failure.
+ * Storage comes from a cache of freed buffers when one fits (tensor.c). */
 tg_tensor *tg__empty(tg_dtype dtype, int ndim, const int64_t *shape);
 tg_tensor *tg__empty_like(const tg_tensor *t);
+/* The same with the elements left unset: for kernels that write every one
+ * of them (pointwise, copies, softmax...), never for ones that accumulate. */
+tg_tensor *tg__empty_uninit(tg_dtype dtype, int ndim, const int64_t *shape);
+tg_tensor *tg__empty_uninit_like(const tg_tensor *t);
 /* True, once, when a tg__empty on this thread ran out of memory since the
  * last call: lets the graph reword the error with the op's name. */
 bool tg__take_nomem(void);
@@ -81,10 +96,15 @@ tg_tensor *tg__contiguous(const tg_tensor *t);
 void tg__copy(tg_tensor *dst, const tg_tensor *src);
 /* A contiguous copy of t converted to dtype. */
 tg_tensor *tg__convert(const tg_tensor *t, tg_dtype dtype);
+/* tg_dtype_size, inlined: kernels ask for it once per row. */
+static inline size_t tg__elem_size(tg_dtype dtype)
+{
+    return dtype == TG_BOOL ? 1 : dtype == TG_FLOAT32 ? 4 : 8;
+}
 /* Pointer to t's first element (at its offset), whatever its layout. */
 static inline void *tg__ptr(const tg_tensor *t)
 {
-    return (char *)t->storage->data + (size_t)t->offset * tg_dtype_size(t->dtype);
+    return (char *)t->storage->data + (size_t)t->offset * tg__elem_size(t->dtype);
 }
 int64_t tg__numel(int ndim, const int64_t *shape);
 /* Row-major strides for shape. */
@@ -96,6 +116,20 @@ int tg__check_shape(const char *fn, int ndim, const int64_t *shape);
 int tg__wrap_dim(const char *fn, int dim, int ndim);
 /* Fails unless t has a float dtype. */
 int tg__check_float(const char *fn, const tg_tensor *t);
+
+/* ---- threads ------------------------------------------------------------ */
+
+/* Loops over more elements than this run on OpenMP threads (static
+ * partitioning). Branch on it in C rather than with an if() clause: a
+ * parallel region whose clause is false still builds a team, a cost a tiny
+ * op pays in full; and libgomp's workers spin after each region, taking a
+ * core from OpenBLAS, so only work worth it gets a region. */
+#define TG_PAR_MIN 32768
+
+/* Per-thread state that ops touch on every call: initial-exec TLS is one
+ * load where the shared library's default model calls __tls_get_addr. For
+ * small variables only (the static TLS surplus for dlopen is limited). */
+#define TG_TLS _Thread_local __attribute__((tls_model("initial-exec")))
 
 /* ---- broadcasting and strided loops ------------------------------------ */
 

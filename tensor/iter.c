@@ -7,6 +7,11 @@
 int tg__broadcast_shape(const char *fn, const tg_tensor *a, const tg_tensor *b,
                         int *ndim, int64_t *shape)
 {
+    if (a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0])) {
+        memcpy(shape, a->shape, (size_t)a->ndim * sizeof a->shape[0]); /* the common case */
+        *ndim = a->ndim;
+        return 0;
+    }
     int n = a->ndim > b->ndim ? a->ndim : b->ndim;
     for (int i = 0; i < n; i++) {
         int ia = a->ndim - n + i, ib = b->ndim - n + i;

@@ -2,22 +2,52 @@
  * reduction of broadcast gradients. Accumulates in double for both dtypes. */
 #include "kernels.h"
 
-#include <stdlib.h>
 #include <string.h>
+
+/* acc[row offsets of strides[0]] += x over the iteration space of x. */
+#define SUM_ROWS(T, acc)                                                      \
+    do {                                                                      \
+        const T *px = tg__ptr(x);                                             \
+        do {                                                                  \
+            double *a = (acc) + it.off[0];                                    \
+            const T *p = px + it.off[1];                                      \
+            if (it.inner[0] == 0) { /* the row is reduced: one running sum */ \
+                double s = 0;                                                 \
+                for (int64_t j = 0; j < it.len; j++)                          \
+                    s += p[j * it.inner[1]];                                  \
+                *a += s;                                                      \
+            } else {                                                          \
+                for (int64_t j = 0; j < it.len; j++)                          \
+                    a[j * it.inner[0]] += p[j * it.inner[1]];                 \
+            }                                                                 \
+        } while (tg__iter_next(&it));                                         \
+    } while (0)
 
 tg_tensor *tg__sum_dims(const tg_tensor *x, const bool *reduce)
 {
     int64_t shape[TG_MAX_DIMS];
     for (int d = 0; d < x->ndim; d++)
         shape[d] = reduce[d] ? 1 : x->shape[d];
-    tg_tensor *out = tg__empty(x->dtype, x->ndim, shape);
+    /* float64 sums straight into its (zeroed) output; float32 into a double
+     * buffer, on the stack when small, that the output is rounded from. */
+    bool f32 = x->dtype == TG_FLOAT32;
+    tg_tensor *out = f32 ? tg__empty_uninit(x->dtype, x->ndim, shape)
+                         : tg__empty(x->dtype, x->ndim, shape);
     if (!out)
         return NULL;
     int64_t n_out = tg__numel(x->ndim, shape);
-    double *acc = calloc((size_t)(n_out ? n_out : 1), sizeof *acc);
-    if (!acc) {
-        tg_release(out);
-        return tg__fail(TG_ERR_NOMEM, "tg_sum: out of memory");
+    double small[256];
+    double *acc = f32 ? small : tg__ptr(out);
+    tg_tensor *big = NULL; /* a larger buffer, from the storage cache */
+    if (f32 && n_out > (int64_t)(sizeof small / sizeof small[0])) {
+        big = tg__empty(TG_FLOAT64, 1, &n_out);
+        if (!big) {
+            tg_release(out);
+            return NULL;
+        }
+        acc = tg__ptr(big);
+    } else if (f32) {
+        memset(small, 0, (size_t)n_out * sizeof small[0]);
     }
     int64_t strides[2][TG_MAX_DIMS];
     for (int d = 0; d < x->ndim; d++)
@@ -26,26 +56,16 @@ tg_tensor *tg__sum_dims(const tg_tensor *x, const bool *reduce)
     tg__iter it;
     tg__iter_init(&it, x->ndim, x->shape, 2, (const int64_t(*)[TG_MAX_DIMS])strides);
     if (it.len) {
-        do {
-            double *a = acc + it.off[0];
-            if (x->dtype == TG_FLOAT32) {
-                const float *p = (const float *)tg__ptr(x) + it.off[1];
-                for (int64_t j = 0; j < it.len; j++)
-                    a[j * it.inner[0]] += p[j * it.inner[1]];
-            } else {
-                const double *p = (const double *)tg__ptr(x) + it.off[1];
-                for (int64_t j = 0; j < it.len; j++)
-                    a[j * it.inner[0]] += p[j * it.inner[1]];
-            }
-        } while (tg__iter_next(&it));
+        if (f32)
+            SUM_ROWS(float, acc);
+        else
+            SUM_ROWS(double, acc);
     }
-    if (x->dtype == TG_FLOAT32) {
+    if (f32) {
         float *o = tg__ptr(out);
         for (int64_t i = 0; i < n_out; i++)
             o[i] = (float)acc[i];
-    } else {
-        memcpy(tg__ptr(out), acc, (size_t)n_out * sizeof *acc);
+        tg_release(big);
     }
-    free(acc);
     return out;
 }

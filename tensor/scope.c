@@ -2,7 +2,12 @@
  * returned while a scope was open, released when that scope ends. */
 #include "internal.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
+
+typedef struct scope_spare {
+    int64_t capacity;
+} scope_spare; /* the header of a parked records array */
 
 typedef struct {
     tg_tensor **items;
@@ -12,6 +17,11 @@ typedef struct {
 } scope_stack;
 
 static _Thread_local scope_stack stack;
+
+/* When its outermost scope ends, a thread parks its records array here for
+ * the next step (of any thread) instead of freeing it: a training loop then
+ * does not allocate it each step. A global, so leak checkers see it. */
+static _Atomic(scope_spare *) spare;
 
 void tg_scope_begin(void)
 {
@@ -37,8 +47,13 @@ static int pop_scope(const char *fn)
     int64_t start = stack.starts[level];
     while (stack.count > start)
         tg_release(stack.items[--stack.count]);
-    if (stack.depth == 0) {
-        free(stack.items);
+    if (stack.depth == 0 && stack.items) {
+        scope_spare *mine = (scope_spare *)stack.items;
+        mine->capacity = stack.capacity;
+        if (stack.capacity > (1 << 16)) /* an unusually large step: let it go */
+            free(mine);
+        else
+            free(atomic_exchange(&spare, mine));
         stack.items = NULL;
         stack.capacity = 0;
     }
@@ -61,6 +76,13 @@ tg_tensor *tg__ret(tg_tensor *t)
 {
     if (!t || stack.depth == 0)
         return t;
+    if (!stack.items && atomic_load_explicit(&spare, memory_order_relaxed)) {
+        scope_spare *got = atomic_exchange(&spare, NULL);
+        if (got) {
+            stack.capacity = got->capacity;
+            stack.items = (tg_tensor **)got;
+        }
+    }
     if (stack.count == stack.capacity) {
         int64_t cap = stack.capacity ? 2 * stack.capacity : 256;
         tg_tensor **items = realloc(stack.items, (size_t)cap * sizeof *items);

@@ -2,6 +2,7 @@
  * storage, allocation, views over shared storage, and the accessors. */
 #include "internal.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,7 @@ static atomic_llong live_tensors;
 static tg_alloc_fn alloc_hook;
 static tg_free_fn free_hook;
 static void *hook_user;
-static _Thread_local bool nomem_pending;
+static TG_TLS bool nomem_pending;
 
 void tg_set_allocator(tg_alloc_fn alloc, tg_free_fn free_fn, void *user)
 {
@@ -29,21 +30,240 @@ bool tg__take_nomem(void)
     return was;
 }
 
-/* nbytes zero-filled bytes for s from the current allocator (nbytes > 0). */
-static void *storage_alloc(tg_storage *s, size_t nbytes)
+/* ---- the storage cache ----------------------------------------------------
+ * A training step frees and allocates the same buffer sizes every step, so
+ * released storage (struct and data together) waits on a free list per size
+ * class instead of going back to malloc: a warmed-up step then allocates no
+ * tensor data. Only buffers of the C library's malloc are cached, and only
+ * handed out while no allocator hook is set, so a hook sees every storage it
+ * serves being allocated and freed. Size classes round a request up by at
+ * most 1/8: 64-byte steps up to 512 bytes, then 8 classes per power of 2. */
+
+#define CACHE_CLASSES 420
+#define CACHE_LIMIT ((size_t)1 << 30) /* bytes kept at most */
+
+/* The caches below are held for a few instructions and rarely contended:
+ * a spin lock costs half what a mutex does on the path every op takes. */
+static void spin_lock(atomic_flag *f)
 {
-    if (!alloc_hook)
-        return calloc(1, nbytes);
-    s->free_fn = free_hook;
-    s->free_user = hook_user;
-    void *p = alloc_hook(nbytes, hook_user);
-    if (p)
-        memset(p, 0, nbytes);
-    return p;
+    while (atomic_flag_test_and_set_explicit(f, memory_order_acquire))
+        sched_yield();
+}
+
+static void spin_unlock(atomic_flag *f) { atomic_flag_clear_explicit(f, memory_order_release); }
+
+static atomic_flag cache_busy = ATOMIC_FLAG_INIT;
+#define cache_lock() spin_lock(&cache_busy)
+#define cache_unlock() spin_unlock(&cache_busy)
+static tg_storage *cache_bins[CACHE_CLASSES];
+static size_t cache_bytes;
+
+/* The size class of an n-byte request (n > 0) and the bytes it allocates. */
+static int size_class(size_t n, size_t *capacity)
+{
+    if (n <= 512) {
+        size_t c = (n + 63) / 64;
+        *capacity = c * 64;
+        return (int)c - 1;
+    }
+    int bits = 64 - __builtin_clzll((unsigned long long)(n - 1)); /* 2^(bits-1) < n <= 2^bits */
+    size_t base = (size_t)1 << (bits - 1), step = base >> 3;
+    size_t sub = (n - base + step - 1) / step; /* 1..8 */
+    *capacity = base + sub * step;
+    return 8 + (bits - 10) * 8 + (int)sub - 1;
+}
+
+/* Tells the memory checkers that a cached buffer is off limits, or that a
+ * reused one holds no defined values yet. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define CACHE_HIDE(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define CACHE_SHOW(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#elif defined(__has_include)
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#define CACHE_HIDE(p, n) VALGRIND_MAKE_MEM_NOACCESS(p, n)
+#define CACHE_SHOW(p, n) VALGRIND_MAKE_MEM_UNDEFINED(p, n)
+#endif
+#endif
+#ifndef CACHE_HIDE
+#define CACHE_HIDE(p, n) ((void)(p), (void)(n))
+#define CACHE_SHOW(p, n) ((void)(p), (void)(n))
+#endif
+/* Under a memory checker, headers and nodes go straight back to free, so
+ * that a tensor released twice is reported rather than spliced into a list. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_CHECKER() true
+#elif defined(RUNNING_ON_VALGRIND)
+#define UNDER_CHECKER() (RUNNING_ON_VALGRIND != 0)
+#else
+#define UNDER_CHECKER() false
+#endif
+
+/* A cached storage of nbytes' class, or NULL. */
+static tg_storage *cache_take(size_t nbytes)
+{
+    size_t capacity;
+    int c = size_class(nbytes, &capacity);
+    if (c >= CACHE_CLASSES)
+        return NULL;
+    cache_lock();
+    tg_storage *s = cache_bins[c];
+    if (s) {
+        cache_bins[c] = s->next_free;
+        cache_bytes -= s->capacity;
+    }
+    cache_unlock();
+    if (s)
+        CACHE_SHOW(s->data, s->capacity);
+    return s;
+}
+
+/* Keeps s for reuse; false when it is not cacheable or the cache is full. */
+static bool cache_put(tg_storage *s)
+{
+    size_t capacity;
+    if (s->free_fn || !s->capacity)
+        return false;
+    int c = size_class(s->capacity, &capacity);
+    if (c >= CACHE_CLASSES || capacity != s->capacity)
+        return false;
+    cache_lock();
+    bool fits = cache_bytes + capacity <= CACHE_LIMIT;
+    if (fits) {
+        CACHE_HIDE(s->data, capacity);
+        s->next_free = cache_bins[c];
+        cache_bins[c] = s;
+        cache_bytes += capacity;
+    }
+    cache_unlock();
+    return fits;
+}
+
+void tg_release_cached_memory(void)
+{
+    cache_lock();
+    for (int c = 0; c < CACHE_CLASSES; c++) {
+        while (cache_bins[c]) {
+            tg_storage *s = cache_bins[c];
+            cache_bins[c] = s->next_free;
+            CACHE_SHOW(s->data, s->capacity);
+            free(s->data);
+            free(s);
+        }
+    }
+    cache_bytes = 0;
+    cache_unlock();
+}
+
+/* ---- small blocks ----------------------------------------------------------
+ * Tensor headers and graph nodes come and go once per op; a list of freed
+ * blocks of two sizes serves them without malloc's bins. The lists are
+ * global, so leak checkers see them and a thread's exit strands nothing. A
+ * block's first word links it; the checkers are told the rest is off limits. */
+
+enum { SMALL_CLASSES = 2, SMALL_KEEP = 8192 };
+static const size_t small_size[SMALL_CLASSES] = {256, 512};
+
+typedef struct small_block {
+    struct small_block *next;
+} small_block;
+
+static small_block *small_head[SMALL_CLASSES];
+static int small_count[SMALL_CLASSES];
+static atomic_flag small_busy = ATOMIC_FLAG_INIT;
+
+static int small_class(size_t size)
+{
+    return size <= small_size[0] ? 0 : size <= small_size[1] ? 1 : -1;
+}
+
+void *tg__small_alloc(size_t size)
+{
+    int c = small_class(size);
+    if (c < 0)
+        return calloc(1, size);
+    spin_lock(&small_busy);
+    small_block *b = small_head[c];
+    if (b) {
+        small_head[c] = b->next;
+        small_count[c]--;
+    }
+    spin_unlock(&small_busy);
+    if (!b)
+        return calloc(1, small_size[c]);
+    CACHE_SHOW(b, small_size[c]);
+    memset(b, 0, size);
+    return b;
+}
+
+void tg__small_free(void *p, size_t size)
+{
+    int c = small_class(size);
+    if (!p)
+        return;
+    if (c < 0 || UNDER_CHECKER()) {
+        free(p);
+        return;
+    }
+    small_block *b = p;
+    spin_lock(&small_busy);
+    bool keep = small_count[c] < SMALL_KEEP;
+    if (keep) {
+        b->next = small_head[c];
+        small_head[c] = b;
+        small_count[c]++;
+        CACHE_HIDE(b + 1, small_size[c] - sizeof *b);
+    }
+    spin_unlock(&small_busy);
+    if (!keep)
+        free(p);
+}
+
+
+/* A new storage of nbytes (> 0) from the cache or the current allocator,
+ * zero-filled when zero is set; NULL when memory runs out. */
+static tg_storage *storage_new(size_t nbytes, bool zero)
+{
+    tg_storage *s = alloc_hook ? NULL : cache_take(nbytes);
+    if (s) {
+        s->refcount = 0;
+        s->nbytes = nbytes;
+        s->next_free = NULL;
+        if (zero)
+            memset(s->data, 0, nbytes);
+        return s;
+    }
+    s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->nbytes = nbytes;
+    if (alloc_hook) {
+        s->free_fn = free_hook;
+        s->free_user = hook_user;
+        s->capacity = nbytes;
+        s->data = alloc_hook(nbytes, hook_user);
+        if (s->data && zero)
+            memset(s->data, 0, nbytes);
+    } else {
+        size_class(nbytes, &s->capacity);
+        for (int attempt = 0; attempt < 2 && !s->data; attempt++) {
+            s->data = zero ? calloc(1, s->capacity) : malloc(s->capacity);
+            if (!s->data && attempt == 0)
+                tg_release_cached_memory(); /* the cache gives way to live tensors */
+        }
+    }
+    if (!s->data) {
+        free(s);
+        return NULL;
+    }
+    return s;
 }
 
 static void storage_free(tg_storage *s)
 {
+    if (cache_put(s))
+        return;
     if (s->free_fn)
         s->free_fn(s->data, s->free_user);
     else
@@ -138,7 +358,7 @@ int tg__check_float(const char *fn, const tg_tensor *t)
 
 static tg_tensor *new_header(tg_storage *storage, tg_dtype dtype)
 {
-    tg_tensor *t = calloc(1, sizeof *t);
+    tg_tensor *t = tg__small_alloc(sizeof *t);
     if (!t)
         return tg__fail(TG_ERR_NOMEM, "tensorgrad: out of memory for a tensor header");
     t->refcount = 1;
@@ -163,7 +383,7 @@ static void set_contiguous_strides(tg_tensor *t)
     tg__contiguous_strides(t->ndim, t->shape, t->stride);
 }
 
-tg_tensor *tg__empty(tg_dtype dtype, int ndim, const int64_t *shape)
+static tg_tensor *new_tensor(tg_dtype dtype, int ndim, const int64_t *shape, bool zero)
 {
     /* Ops pass shapes they computed, so what can fail is the size: the graph
      * rewords "tensorgrad:" with the op's name. */
@@ -172,21 +392,16 @@ tg_tensor *tg__empty(tg_dtype dtype, int ndim, const int64_t *shape)
         return NULL;
     }
     int64_t n = tg__numel(ndim, shape);
-    tg_storage *s = calloc(1, sizeof *s);
+    size_t nbytes = (size_t)n * tg_dtype_size(dtype);
+    /* Keep one byte for an empty tensor so that data is never NULL. */
+    tg_storage *s = storage_new(nbytes ? nbytes : 1, zero);
     if (!s) {
-        nomem_pending = true;
-        return tg__fail(TG_ERR_NOMEM, "tensorgrad: out of memory for storage");
-    }
-    s->nbytes = (size_t)n * tg_dtype_size(dtype);
-    /* calloc(0) may return NULL; keep one byte so data is never NULL. */
-    s->data = storage_alloc(s, s->nbytes ? s->nbytes : 1);
-    if (!s->data) {
-        free(s);
         nomem_pending = true;
         return tg__fail(TG_ERR_NOMEM, "tensorgrad: out of memory for %lld elements of %s %s",
                         (long long)n, tg_dtype_name(dtype),
                         tg__shape_str((char[96]){0}, 96, ndim, shape));
     }
+    s->nbytes = nbytes;
     tg_tensor *t = new_header(s, dtype); /* holds the storage's only reference */
     if (!t) {
         nomem_pending = true;
@@ -198,6 +413,21 @@ tg_tensor *tg__empty(tg_dtype dtype, int ndim, const int64_t *shape)
         memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     set_contiguous_strides(t);
     return t;
+}
+
+tg_tensor *tg__empty(tg_dtype dtype, int ndim, const int64_t *shape)
+{
+    return new_tensor(dtype, ndim, shape, true);
+}
+
+tg_tensor *tg__empty_uninit(tg_dtype dtype, int ndim, const int64_t *shape)
+{
+    return new_tensor(dtype, ndim, shape, false);
+}
+
+tg_tensor *tg__empty_uninit_like(const tg_tensor *t)
+{
+    return tg__empty_uninit(t->dtype, t->ndim, t->shape);
 }
 
 tg_tensor *tg__empty_like(const tg_tensor *t)
@@ -243,7 +473,7 @@ void tg_release(tg_tensor *t)
     if (--t->storage->refcount == 0)
         storage_free(t->storage);
     atomic_fetch_sub(&live_tensors, 1);
-    free(t);
+    tg__small_free(t, sizeof *t);
 }
 
 bool tg_is_contiguous(const tg_tensor *t)
@@ -259,6 +489,14 @@ bool tg_is_contiguous(const tg_tensor *t)
     return true;
 }
 
+#define COPY_ROW(T)                                                           \
+    do {                                                                      \
+        T *to = (T *)d + it.off[0];                                           \
+        const T *from = (const T *)s + it.off[1];                             \
+        for (int64_t j = 0; j < it.len; j++)                                  \
+            to[j * it.inner[0]] = from[j * it.inner[1]];                      \
+    } while (0)
+
 void tg__copy(tg_tensor *dst, const tg_tensor *src)
 {
     int64_t strides[2][TG_MAX_DIMS];
@@ -272,14 +510,22 @@ void tg__copy(tg_tensor *dst, const tg_tensor *src)
     const char *s = tg__ptr(src);
     size_t ds = tg_dtype_size(dst->dtype), ss = tg_dtype_size(src->dtype);
     if (dst->dtype == src->dtype) {
+        if (tg_is_contiguous(dst) && tg_is_contiguous(src)) {
+            memcpy(d, s, (size_t)tg__numel(src->ndim, src->shape) * ds);
+            return;
+        }
         do {
             if (it.inner[0] == 1 && it.inner[1] == 1) {
                 memcpy(d + it.off[0] * ds, s + it.off[1] * ss, (size_t)it.len * ds);
                 continue;
             }
-            for (int64_t j = 0; j < it.len; j++)
-                memcpy(d + (it.off[0] + j * it.inner[0]) * ds,
-                       s + (it.off[1] + j * it.inner[1]) * ss, ds);
+            /* strided rows (a transpose, say): typed loads, not a memcpy call each */
+            if (ds == 4)
+                COPY_ROW(uint32_t);
+            else if (ds == 8)
+                COPY_ROW(uint64_t);
+            else
+                COPY_ROW(uint8_t);
         } while (tg__iter_next(&it));
         return;
     }
@@ -306,7 +552,7 @@ void tg__copy(tg_tensor *dst, const tg_tensor *src)
 
 tg_tensor *tg__convert(const tg_tensor *t, tg_dtype dtype)
 {
-    tg_tensor *out = tg__empty(dtype, t->ndim, t->shape);
+    tg_tensor *out = tg__empty_uninit(dtype, t->ndim, t->shape);
     if (out)
         tg__copy(out, t);
     return out;
