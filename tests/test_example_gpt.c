@@ -13,18 +13,10 @@ static char output[1 << 16];
 /* Runs `gpt ARGS` in dir with stdout and stderr in output; the exit status. */
 static int run(const char *args)
 {
-    const char *bin = getenv("TG_EXAMPLES");
-    ck_assert_msg(bin != NULL, "TG_EXAMPLES is not set");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s/gpt' %s 2>&1", dir, bin, args);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    size_t n = fread(output, 1, sizeof output - 1, p);
-    output[n] = '\0';
-    int status = pclose(p);
+    int status = run_example_in(dir, "gpt", args, output, sizeof output);
     ck_assert_msg(!strstr(output, "leaked"), "%s", output);
-    ck_assert_msg(WIFEXITED(status), "gpt %s crashed:\n%s", args, output);
-    return WEXITSTATUS(status);
+    ck_assert_msg(status >= 0, "gpt %s crashed:\n%s", args, output);
+    return status;
 }
 
 #define ck_assert_output(fragment) \

@@ -19,21 +19,10 @@ static char full_out[OUT_CAP];  /* the output of the full 800-step run */
 static int full_status = -1;
 static char full_svg[300];
 
-/* Runs the example in `dir` with args, output (stdout and stderr) into out;
- * returns its exit status, or -1 if it could not be run. */
+/* The example in this test's directory. */
 static int run_example(const char *args, char *out, size_t cap)
 {
-    const char *bin_dir = getenv("TG_EXAMPLES");
-    ck_assert_msg(bin_dir != NULL, "TG_EXAMPLES is not set");
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s/toy_attention_lm' %s 2>&1", dir, bin_dir, args);
-    FILE *p = popen(cmd, "r");
-    if (!p)
-        return -1;
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return run_example_in(dir, "toy_attention_lm", args, out, cap);
 }
 
 /* The full run happens once, before the tests that read its output. */

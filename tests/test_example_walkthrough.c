@@ -14,18 +14,9 @@ enum { OUT_CAP = 1 << 16, MAXV = 64 };
 static const char *run(const char *args, int *status)
 {
     static char out[OUT_CAP];
-    const char *dir = getenv("TG_EXAMPLES");
-    ck_assert_msg(dir != NULL, "TG_EXAMPLES is not set");
     char tmp[] = "/tmp/tg_walkthrough_XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(tmp));
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s/attention_walkthrough' %s 2>&1", tmp, dir, args);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    size_t n = fread(out, 1, OUT_CAP - 1, p);
-    out[n] = '\0';
-    int rc = pclose(p);
-    *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    *status = run_example_in(tmp, "attention_walkthrough", args, out, OUT_CAP);
     rmdir(tmp);
     return out;
 }

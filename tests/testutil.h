@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "tensorgrad.h"
 
@@ -116,6 +117,26 @@ static inline double *values_of(const tg_tensor *t)
     double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
     ck_assert_int_eq(tg_copy_to(t, TG_FLOAT64, v, n), 0);
     return v;
+}
+
+/* Runs the example program `name` (from TG_EXAMPLES, the build's examples/)
+ * with args in directory dir, stdout and stderr into out (NUL-terminated,
+ * at most cap - 1 bytes). Returns its exit status, or -1 when it could not
+ * be started or did not exit normally (a crash). */
+static inline int run_example_in(const char *dir, const char *name, const char *args, char *out,
+                                 size_t cap)
+{
+    const char *bin_dir = getenv("TG_EXAMPLES");
+    ck_assert_msg(bin_dir != NULL, "TG_EXAMPLES is not set");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s/%s' %s 2>&1", dir, bin_dir, name, args);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 /* Tensors built value by value through tg_data, for tests of any dtype. */
