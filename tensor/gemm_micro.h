@@ -54,3 +54,16 @@ MK_TARGET static void MK_NAME(int64_t kc, const MK_T *restrict pa, const MK_T *r
             MK_STORE(cp, MK_FMA(vb, MK_LOAD(cp), MK_MUL(va, acc[r][v])));
         }
 }
+
+/* The per-type parameters go with each instantiation; MK_TARGET, MK_MR and
+ * MK_NV stay for the next one of the same instruction set. */
+#undef MK_ZERO
+#undef MK_NAME
+#undef MK_T
+#undef MK_V
+#undef MK_W
+#undef MK_LOAD
+#undef MK_STORE
+#undef MK_SET1
+#undef MK_FMA
+#undef MK_MUL

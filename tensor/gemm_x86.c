@@ -28,16 +28,6 @@
 #define MK_FMA _mm512_fmadd_ps
 #define MK_MUL _mm512_mul_ps
 #include "gemm_micro.h"
-#undef MK_ZERO
-#undef MK_NAME
-#undef MK_T
-#undef MK_V
-#undef MK_W
-#undef MK_LOAD
-#undef MK_STORE
-#undef MK_SET1
-#undef MK_FMA
-#undef MK_MUL
 
 #define MK_ZERO _mm512_setzero_pd
 #define MK_NAME ukr_avx512_f64
@@ -50,16 +40,6 @@
 #define MK_FMA _mm512_fmadd_pd
 #define MK_MUL _mm512_mul_pd
 #include "gemm_micro.h"
-#undef MK_ZERO
-#undef MK_NAME
-#undef MK_T
-#undef MK_V
-#undef MK_W
-#undef MK_LOAD
-#undef MK_STORE
-#undef MK_SET1
-#undef MK_FMA
-#undef MK_MUL
 #undef MK_TARGET
 #undef MK_MR
 #undef MK_NV
@@ -79,16 +59,6 @@
 #define MK_FMA _mm256_fmadd_ps
 #define MK_MUL _mm256_mul_ps
 #include "gemm_micro.h"
-#undef MK_ZERO
-#undef MK_NAME
-#undef MK_T
-#undef MK_V
-#undef MK_W
-#undef MK_LOAD
-#undef MK_STORE
-#undef MK_SET1
-#undef MK_FMA
-#undef MK_MUL
 
 #define MK_ZERO _mm256_setzero_pd
 #define MK_NAME ukr_avx2_f64
@@ -101,16 +71,6 @@
 #define MK_FMA _mm256_fmadd_pd
 #define MK_MUL _mm256_mul_pd
 #include "gemm_micro.h"
-#undef MK_ZERO
-#undef MK_NAME
-#undef MK_T
-#undef MK_V
-#undef MK_W
-#undef MK_LOAD
-#undef MK_STORE
-#undef MK_SET1
-#undef MK_FMA
-#undef MK_MUL
 #undef MK_TARGET
 #undef MK_MR
 #undef MK_NV
