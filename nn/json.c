@@ -130,7 +130,7 @@ static int parse_escape(parser *ps, char *o, size_t *olen)
     }
     if (*q != 'u')
         return perr(ps, "bad escape '\\%c'", *q);
-    unsigned cp, lo;
+    unsigned cp = 0, lo = 0;
     if (hex4(ps, q + 1, &cp) < 0)
         return -1;
     q += 5;

@@ -1,0 +1,61 @@
+/* float32 exp and tanh written in plain arithmetic, so that loops calling
+ * them vectorise (libm's expf and tanh are opaque calls, one element at a
+ * time). exp is within 2 ulp of the true value where the result is normal;
+ * tanh_approx is within 1e-7 of tanh in absolute terms (its relative error
+ * grows near 0, which is why tg_tanh keeps libm and only GELU uses it).
+ *
+ * TG_VECTOR_CLONES compiles a kernel once per x86 vector width and picks
+ * the widest the CPU has when the library loads. Never installed. */
+#ifndef TG_FASTMATH_H
+#define TG_FASTMATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define TG_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#ifndef TG_VECTOR_CLONES
+#define TG_VECTOR_CLONES
+#endif
+
+/* e^x: x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor series to r^7
+ * (truncation below 6e-9, a tenth of float's epsilon), times 2^n built in
+ * the exponent bits. Below -87.34, where e^x is subnormal, it gives 0; above
+ * 88.3 (e^x > 2.2e38, near float's largest) it gives +inf. */
+static inline float tg__expf(float x)
+{
+    const float log2e = 1.44269504f, ln2_hi = 0.693145752f, ln2_lo = 1.42860677e-6f;
+    const float round_bias = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float xc = x > -87.34f ? x : -87.34f;   /* also sends NaN here; fixed below */
+    xc = xc < 88.3f ? xc : 88.3f;
+    float n = (xc * log2e + round_bias) - round_bias;
+    float r = (xc - n * ln2_hi) - n * ln2_lo;
+    float p = 1.0f / 5040;
+    p = p * r + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    float y = p * scale;
+    y = x < -87.34f ? 0.0f : y;
+    y = x > 88.3f ? __builtin_inff() : y;
+    return x == x ? y : x;
+}
+
+/* tanh(u) = sign(u) (1 - 2 / (e^{2|u|} + 1)). */
+static inline float tg__tanhf_approx(float u)
+{
+    float a = u < 0 ? -u : u;
+    float t = 1.0f - 2.0f / (tg__expf(2.0f * a) + 1.0f);
+    return u < 0 ? -t : t;
+}
+
+#endif
