@@ -131,10 +131,17 @@ bool tg__gemm_force_isa(enum tg__gemm_isa isa)
     return true;
 }
 
+static bool thin(int64_t m, int64_t n, int64_t k, double alpha)
+{
+    return m > 0 && m <= TG_GEMM_THIN_M && n > 0 && k > 0 && alpha != 0;
+}
+
 int tg__sgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc)
 {
+    if (thin(m, n, k, alpha))
+        return tg__sgemm_thin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     const struct tg__ukr_f32 *u = tg__gemm_ukr_f32(current_isa());
     if (!u || m <= 0 || n <= 0 || k <= 0 || alpha == 0)
         return blocked_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -166,6 +173,8 @@ int tg__sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
               int64_t ldc)
 {
+    if (thin(m, n, k, alpha))
+        return tg__sgemm_thin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #if TG_HAVE_BLAS
     if (blas_fits(m, n, k, lda, ldb, ldc)) {
         cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
@@ -174,7 +183,7 @@ int tg__sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
         return 0;
     }
 #endif
-    return blocked_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return tg__sgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 int tg__dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
@@ -189,7 +198,7 @@ int tg__dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doubl
         return 0;
     }
 #endif
-    return blocked_f64(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return tg__dgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 int tg__gemm(tg_dtype dtype, bool builtin, bool trans_a, bool trans_b, int64_t m, int64_t n,

@@ -44,6 +44,14 @@ int tg__dgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       double alpha, const double *a, int64_t lda, const double *b, int64_t ldb,
                       double beta, double *c, int64_t ldc);
 
+/* float32 products whose op(A) has 1 to TG_GEMM_THIN_M rows (and n, k > 0):
+ * B streams through once instead of being packed. tg__sgemm and
+ * tg__sgemm_builtin send such products here. Same contract. */
+#define TG_GEMM_THIN_M 4
+int tg__sgemm_thin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                   float *c, int64_t ldc);
+
 /* The instruction sets the built-in kernel has code for; the best one the
  * CPU supports is chosen at run time. */
 enum tg__gemm_isa {

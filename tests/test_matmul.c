@@ -375,7 +375,10 @@ static void check_gemm(dgemm_fn dgemm, sgemm_fn sgemm, int64_t m, int64_t n, int
         }
 }
 
+/* The first row are thin products (op(A) of 1 to 4 rows, gemm_thin.c): many
+ * column chunks, a k that is not a multiple of 16, and one below 16. */
 static const int64_t gemm_shapes[][3] = {/* m, n, k */
+    {1, 1153, 385}, {4, 70, 17}, {3, 65, 7}, {2, 200, 1000},
     {1, 1, 1}, {7, 5, 13}, {65, 17, 33}, {97, 130, 257}, {6, 8, 1}, {13, 2050, 3}, {200, 3, 70}};
 #define N_GEMM (int)(sizeof gemm_shapes / sizeof gemm_shapes[0])
 
@@ -443,6 +446,31 @@ START_TEST(every_isa_path_matches_naive_loop_across_blocks)
     }
     check_gemm(tg__dgemm_builtin, tg__sgemm_builtin, s[0], s[1], s[2]);
     ck_assert(tg__gemm_force_isa(TG_GEMM_ISA_AUTO));
+}
+END_TEST
+
+/* A thin product (2 rows) with beta == 0 writes C without reading the NaN
+ * it held, for B stored either way. */
+START_TEST(thin_gemm_with_beta_zero_ignores_what_c_held)
+{
+    enum { M = 2, N = 40, K = 21 };
+    static float a[M * K], b[N * K], c[M * N];
+    for (int i = 0; i < M * K; i++)
+        a[i] = (float)(i % 7) - 3;
+    for (int i = 0; i < N * K; i++)
+        b[i] = (float)(i % 5) - 2;
+    for (int tb = 0; tb < 2; tb++) {
+        for (int i = 0; i < M * N; i++)
+            c[i] = NAN;
+        ck_assert_int_eq(tg__sgemm(false, tb, M, N, K, 2.0f, a, K, b, tb ? K : N, 0.0f, c, N), 0);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double want = 0;
+                for (int p = 0; p < K; p++)
+                    want += a[i * K + p] * (tb ? b[j * K + p] : b[p * N + j]);
+                ck_assert_double_eq_tol(c[i * N + j], 2 * want, 1e-4);
+            }
+    }
 }
 END_TEST
 
@@ -515,6 +543,7 @@ int main(void)
     TCase *gemm = tcase_checked("gemm");
     tcase_add_loop_test(gemm, builtin_gemm_matches_naive_loop, 0, N_GEMM);
     tcase_add_loop_test(gemm, dispatched_gemm_matches_naive_loop, 0, N_GEMM);
+    tcase_add_test(gemm, thin_gemm_with_beta_zero_ignores_what_c_held);
     tcase_add_test(gemm, gemm_with_empty_dims);
     tcase_add_loop_test(gemm, every_isa_path_matches_naive_loop_across_blocks, 0,
                         3 * N_ISA_SHAPES);
