@@ -106,41 +106,52 @@ static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b
     if (!buf)
         return -1;
     GEMM_T *pb = (GEMM_T *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-        GEMM_T *pa = pb + nb + (size_t)GEMM_THREAD_NUM() * na;
-        for (int64_t js = 0; js < n; js += u->nc) {
-            int64_t ns = n - js < u->nc ? n - js : u->nc;
-            int64_t ns_pad = (ns + nr - 1) / nr * nr, q_all = ns_pad / nr;
-            /* at least two panels per group */
-            int64_t g = groups < (q_all + 1) / 2 ? groups : (q_all + 1) / 2;
-            g = g < 1 ? 1 : g;
-            for (int64_t ps = 0; ps < k; ps += ks_max) {
-                int64_t ks = k - ps < ks_max ? k - ps : ks_max;
-                int64_t pieces = (ks + u->kc - 1) / u->kc;
-#pragma omp for schedule(dynamic)
-                for (int64_t t = 0; t < pieces * q_all; t++) {
-                    int64_t pc = t / q_all * u->kc, q = t % q_all;
-                    int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;
-                    GEMM_FN(pack_b_panel)(nr, trans_b, b, ldb, js + q * nr,
-                                          ns - q * nr < nr ? (int)(ns - q * nr) : nr,
-                                          ps + pc, kc, pb + pc * ns_pad + q * nr * kc);
-                }
-#pragma omp for schedule(dynamic) nowait
-                for (int64_t t = 0; t < row_blocks * g; t++) {
-                    int64_t i0 = t / g * mc, j = t % g;
-                    GEMM_FN(chunk)(u, trans_a, a, lda, i0, m - i0 < mc ? m - i0 : mc,
-                                   j * q_all / g, (j + 1) * q_all / g, ns, ns_pad, ps, ks, pb,
-                                   pa, alpha, ps == 0 ? beta : 1, c + js, ldc);
-                }
-                /* the next slice overwrites pb: wait for its readers (the
-                 * last slice leaves that to the end of the region) */
-                if (ps + ks < k || js + ns < n) {
-#pragma omp barrier
-                }
-            }
+/* The loop nest, the same for one thread and for a team: PRAGMA_FOR and
+ * PRAGMA_BARRIER are the team's worksharing, or nothing. One thread never
+ * enters an OpenMP construct, whose team-of-one barriers cost system calls. */
+#define PACKED_LOOPS(pa, PRAGMA_FOR, PRAGMA_FOR_NOWAIT, PRAGMA_BARRIER)                       \
+    for (int64_t js = 0; js < n; js += u->nc) {                                           \
+        int64_t ns = n - js < u->nc ? n - js : u->nc;                                     \
+        int64_t ns_pad = (ns + nr - 1) / nr * nr, q_all = ns_pad / nr;                    \
+        /* at least two panels per group */                                               \
+        int64_t g = groups < (q_all + 1) / 2 ? groups : (q_all + 1) / 2;                  \
+        g = g < 1 ? 1 : g;                                                                \
+        for (int64_t ps = 0; ps < k; ps += ks_max) {                                      \
+            int64_t ks = k - ps < ks_max ? k - ps : ks_max;                               \
+            int64_t pieces = (ks + u->kc - 1) / u->kc;                                    \
+            PRAGMA_FOR                                                                    \
+            for (int64_t t = 0; t < pieces * q_all; t++) {                                \
+                int64_t pc = t / q_all * u->kc, q = t % q_all;                            \
+                int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;                           \
+                GEMM_FN(pack_b_panel)(nr, trans_b, b, ldb, js + q * nr,                   \
+                                      ns - q * nr < nr ? (int)(ns - q * nr) : nr, ps + pc, \
+                                      kc, pb + pc * ns_pad + q * nr * kc);                \
+            }                                                                             \
+            PRAGMA_FOR_NOWAIT                                                             \
+            for (int64_t t = 0; t < row_blocks * g; t++) {                                \
+                int64_t i0 = t / g * mc, j = t % g;                                       \
+                GEMM_FN(chunk)(u, trans_a, a, lda, i0, m - i0 < mc ? m - i0 : mc,         \
+                               j * q_all / g, (j + 1) * q_all / g, ns, ns_pad, ps, ks, pb, \
+                               pa, alpha, ps == 0 ? beta : 1, c + js, ldc);               \
+            }                                                                             \
+            /* the next slice overwrites pb: wait for its readers (the last              \
+             * slice leaves that to the end of the region) */                             \
+            if (ps + ks < k || js + ns < n) {                                             \
+                PRAGMA_BARRIER                                                            \
+            }                                                                             \
+        }                                                                                 \
+    }
+    if (nt <= 1) {
+        PACKED_LOOPS(pb + nb, , , )
+    } else {
+#pragma omp parallel num_threads(nt)
+        {
+            GEMM_T *pa = pb + nb + (size_t)GEMM_THREAD_NUM() * na;
+            PACKED_LOOPS(pa, _Pragma("omp for schedule(dynamic)"),
+                         _Pragma("omp for schedule(dynamic) nowait"), _Pragma("omp barrier"))
         }
     }
+#undef PACKED_LOOPS
     free(buf);
     return 0;
 }
