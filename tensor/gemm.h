@@ -52,6 +52,16 @@ int tg__sgemm_thin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                    float *c, int64_t ldc);
 
+/* float32 products of at most TG_GEMM_TINY_WORK multiply-adds whose k is at
+ * most TG_GEMM_TINY_MAX_K (and m, n, k > 0): no packing, no scratch memory.
+ * tg__sgemm and tg__sgemm_builtin send such products here. Same contract. */
+#define TG_GEMM_TINY_WORK (32 * 32 * 64)
+#define TG_GEMM_TINY_MAX_K 256
+#define TG_GEMM_TINY_MAX_N 64
+int tg__sgemm_tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                   float *c, int64_t ldc);
+
 /* The instruction sets the built-in kernel has code for; the best one the
  * CPU supports is chosen at run time. */
 enum tg__gemm_isa {

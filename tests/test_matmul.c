@@ -375,11 +375,14 @@ static void check_gemm(dgemm_fn dgemm, sgemm_fn sgemm, int64_t m, int64_t n, int
         }
 }
 
-/* The first row are thin products (op(A) of 1 to 4 rows, gemm_thin.c): many
- * column chunks, a k that is not a multiple of 16, and one below 16. */
+/* gemm_small.c takes the first two rows. Thin products (op(A) of 1 to 4
+ * rows): many column chunks, a k that is not a multiple of 16, and one below
+ * 16. Tiny ones (at most 32 * 32 * 64 multiply-adds): n past one 64-column
+ * block, n below one vector, k of 1. The packed kernel takes the rest. */
 static const int64_t gemm_shapes[][3] = {/* m, n, k */
-    {1, 1153, 385}, {4, 70, 17}, {3, 65, 7}, {2, 200, 1000},
-    {1, 1, 1}, {7, 5, 13}, {65, 17, 33}, {97, 130, 257}, {6, 8, 1}, {13, 2050, 3}, {200, 3, 70}};
+    {1, 1153, 385}, {4, 70, 17}, {3, 65, 7}, {2, 200, 1000}, {1, 1, 1},
+    {5, 130, 20}, {7, 5, 13}, {65, 17, 33}, {6, 8, 1}, {200, 3, 70},
+    {97, 130, 257}, {13, 2050, 3}};
 #define N_GEMM (int)(sizeof gemm_shapes / sizeof gemm_shapes[0])
 
 START_TEST(builtin_gemm_matches_naive_loop)

@@ -1,13 +1,18 @@
-/* float32 products with at most TG_GEMM_THIN_M rows in op(A): one token's
- * step through a Linear while generating text, one query against a KV cache.
- * Packing B for such a product, as a general GEMM does, reads B twice and
- * writes it once for almost no arithmetic; here B streams through once.
+/* float32 products too thin or too small for the packed kernel.
  *
+ * Thin: at most TG_GEMM_THIN_M rows in op(A), as in one token's step
+ * through a Linear while generating text. Packing B for such a product
+ * reads B twice and writes it once for almost no arithmetic; here B streams
+ * through once.
  *   trans_b (B stored N x K, a Linear's weight): each C[i, j] is the dot of
- *       row i of op(A) with row j of B; the A rows stay in L1.
+ *       row i of op(A) with row j of B; the A rows stay in L1. Dots sum 16
+ *       lanes in a fixed order, whatever vector width runs them.
  *   otherwise (B stored K x N): row i of C accumulates A(i, p) * row p of B.
  *
- * Dots sum 16 lanes in a fixed order, whatever vector width runs them. */
+ * Tiny: at most TG_GEMM_TINY_WORK multiply-adds, as in one tile of a short
+ * sequence's attention. op(B) is copied to a zero-padded K x 16j block on
+ * the stack and each row of C is built in registers from it, without the
+ * packed kernel's buffers, panels and edge tiles. */
 #include "gemm.h"
 
 #include "fastmath.h"
@@ -144,5 +149,62 @@ int tg__sgemm_thin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
             axpys(m, j0, j1, k, alpha, x, b, ldb, beta, c, ldc);
     }
     free(x);
+    return 0;
+}
+
+/* Row i of C from op(A)'s row i and bt (K x NV*16): NV is a constant where
+ * this is inlined, so the row's accumulators live in registers. */
+static inline __attribute__((always_inline)) void tiny_rows(
+    const int NV, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t sa_i,
+    int64_t sa_p, const float *bt, float beta, float *c, int64_t ldc)
+{
+    for (int64_t i = 0; i < m; i++) {
+        lanes acc[NV];
+        for (int v = 0; v < NV; v++)
+            acc[v] = (lanes){0};
+        for (int64_t p = 0; p < k; p++) {
+            float s = a[i * sa_i + p * sa_p];
+            for (int v = 0; v < NV; v++) {
+                lanes bv;
+                load_lanes(&bv, bt + (p * NV + v) * LANES);
+                acc[v] += s * bv;
+            }
+        }
+        float row[NV * LANES];
+        memcpy(row, acc, sizeof row);
+        float *out = c + i * ldc;
+        for (int64_t j = 0; j < n; j++)
+            out[j] = beta == 0 ? alpha * row[j] : alpha * row[j] + beta * out[j];
+    }
+}
+
+TG_VECTOR_CLONES
+static void tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                 int64_t ldc)
+{
+    int64_t sa_i = trans_a ? 1 : lda, sa_p = trans_a ? lda : 1;
+    float bt[TG_GEMM_TINY_MAX_K * TG_GEMM_TINY_MAX_N];
+    for (int64_t j0 = 0; j0 < n; j0 += TG_GEMM_TINY_MAX_N) {
+        int64_t nb = n - j0 < TG_GEMM_TINY_MAX_N ? n - j0 : TG_GEMM_TINY_MAX_N;
+        int nv = (int)((nb + LANES - 1) / LANES);
+        for (int64_t p = 0; p < k; p++)
+            for (int64_t j = 0; j < nv * LANES; j++)
+                bt[p * nv * LANES + j] =
+                    j >= nb ? 0 : trans_b ? b[(j0 + j) * ldb + p] : b[p * ldb + j0 + j];
+        switch (nv) {
+        case 1: tiny_rows(1, m, nb, k, alpha, a, sa_i, sa_p, bt, beta, c + j0, ldc); break;
+        case 2: tiny_rows(2, m, nb, k, alpha, a, sa_i, sa_p, bt, beta, c + j0, ldc); break;
+        case 3: tiny_rows(3, m, nb, k, alpha, a, sa_i, sa_p, bt, beta, c + j0, ldc); break;
+        default: tiny_rows(4, m, nb, k, alpha, a, sa_i, sa_p, bt, beta, c + j0, ldc); break;
+        }
+    }
+}
+
+int tg__sgemm_tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                   float *c, int64_t ldc)
+{
+    tiny(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return 0;
 }
