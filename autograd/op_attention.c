@@ -2,6 +2,7 @@
  * block by block with an online softmax (FlashAttention style), so neither
  * pass holds more than a [BR, BC] tile of scores; backward recomputes the
  * tiles from q, k and the per-row logsumexp saved by the forward. */
+#include "fastmath.h"
 #include "gemm.h"
 #include "graph.h"
 
@@ -143,7 +144,9 @@ static void scratch_free(scratch *w)
 /* ---- forward ------------------------------------------------------------- */
 
 /* dst[at + c] = exp(s[c] - shift) for c < nc, in dst's dtype; returns their
- * sum. float32 tiles use expf: the tile feeds a float32 GEMM anyway. */
+ * sum. float32 tiles use the vectorised float exp: the tile feeds a float32
+ * GEMM anyway. The sum is taken in order, in double. */
+TG_VECTOR_CLONES
 static double exp_row(tg_dtype dtype, const double *s, double shift, void *dst, int64_t at,
                       int64_t nc)
 {
@@ -151,7 +154,9 @@ static double exp_row(tg_dtype dtype, const double *s, double shift, void *dst, 
     if (dtype == TG_FLOAT32) {
         float *d = (float *)dst + at;
         for (int64_t c = 0; c < nc; c++)
-            sum += d[c] = expf((float)(s[c] - shift));
+            d[c] = tg__expf((float)(s[c] - shift));
+        for (int64_t c = 0; c < nc; c++)
+            sum += d[c];
     } else {
         double *d = (double *)dst + at;
         for (int64_t c = 0; c < nc; c++)
@@ -251,6 +256,7 @@ typedef struct {
 
 /* From the scores in w->s and dP [nr, nc] in w->t2: P = exp(s - lse) into
  * w->t2 and dS = P * (dP - D) into w->t. */
+TG_VECTOR_CLONES
 static void grad_tile(const attn_plan *p, scratch *w, const double *lse, const double *dsum,
                       int64_t nr, int64_t nc)
 {
@@ -266,7 +272,7 @@ static void grad_tile(const attn_plan *p, scratch *w, const double *lse, const d
         if (p->dtype == TG_FLOAT32) {
             float *ds = (float *)w->t + r * BC, *pd = (float *)w->t2 + r * BC, d = (float)dsum[r];
             for (int64_t c = 0; c < nc; c++) {
-                float pr = expf((float)(s[c] - shift));
+                float pr = tg__expf((float)(s[c] - shift));
                 ds[c] = pr * (pd[c] - d);
                 pd[c] = pr;
             }

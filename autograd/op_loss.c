@@ -1,8 +1,10 @@
 /* The losses: cross-entropy as one fused log-softmax + NLL over class logits,
  * and mean squared error. Both reduce to a 0-dim mean and accumulate in
  * double whatever the dtype. */
+#include "fastmath.h"
 #include "graph.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- cross-entropy ----------------------------------------------------------- */
@@ -70,15 +72,36 @@ static int ce_check(const tg_tensor *logits, const tg_tensor *targets, int64_t i
     return 0;
 }
 
+/* float32 rows whose classes are adjacent: the exps in float through the
+ * vectorised exp (into buf), everything else in double as for other rows. */
+static bool fast_rows(const tg_tensor *logits, const ce_geometry *g)
+{
+    return logits->dtype == TG_FLOAT32 && g->class_stride == 1;
+}
+
+/* The difference in double: logits of 1e4 lose nothing to the shift. */
+TG_VECTOR_CLONES
+static void exp_shifted(const float *x, int64_t n, double shift, float *out)
+{
+    for (int64_t c = 0; c < n; c++)
+        out[c] = tg__expf((float)((double)x[c] - shift));
+}
+
 /* log(sum_c exp(logits[r, c])), shifted by the row's max so that logits of
- * +-1e4 neither overflow nor underflow. */
-static double row_logsumexp(const tg_tensor *logits, const ce_geometry *g, int64_t r)
+ * +-1e4 neither overflow nor underflow. buf: classes floats of scratch. */
+static double row_logsumexp(const tg_tensor *logits, const ce_geometry *g, int64_t r, float *buf)
 {
     double m = -INFINITY, s = 0;
     for (int64_t c = 0; c < g->classes; c++)
         m = fmax(m, logit_at(logits, g, r, c));
     if (isinf(m))
         return m; /* all -inf (log 0) or some +inf: nothing finite to shift by */
+    if (fast_rows(logits, g)) {
+        exp_shifted((const float *)tg__ptr(logits) + r * g->row_stride, g->classes, m, buf);
+        for (int64_t c = 0; c < g->classes; c++)
+            s += buf[c];
+        return m + log(s);
+    }
     for (int64_t c = 0; c < g->classes; c++)
         s += exp(logit_at(logits, g, r, c) - m);
     return m + log(s);
@@ -101,6 +124,14 @@ static int cross_entropy_backward(tg_node *n, const tg_tensor *grad, tg_tensor *
         int64_t t = target_at(targets, &g, r);
         if (t == n->iargs[0])
             continue;
+        if (fast_rows(logits, &g)) { /* d's row r: softmax, less 1 at t, scaled */
+            float *dr = (float *)tg__ptr(d) + r * g.classes;
+            exp_shifted((const float *)tg__ptr(logits) + r * g.row_stride, g.classes, lse[r],
+                        dr);
+            for (int64_t c = 0; c < g.classes; c++)
+                dr[c] = (float)(((double)dr[c] - (c == t)) * scale);
+            continue;
+        }
         for (int64_t c = 0; c < g.classes; c++) {
             double v = (exp(logit_at(logits, &g, r, c) - lse[r]) - (c == t)) * scale;
             if (d->dtype == TG_FLOAT32)
@@ -129,17 +160,26 @@ tg_tensor *tg_cross_entropy(const tg_tensor *logits, const tg_tensor *targets,
         return tg__finish(NULL, TG_OP_CROSS_ENTROPY, cross_entropy_backward, 2,
                           (const tg_tensor *[]){logits, targets}, NULL);
     }
+    float *buf = fast_rows(logits, &g) ? malloc(sizeof(float) * (size_t)(g.classes + 1)) : NULL;
+    if (fast_rows(logits, &g) && !buf) {
+        tg_release(lse);
+        tg_release(out);
+        tg__fail(TG_ERR_NOMEM, "tg_cross_entropy: out of memory for %lld classes of scratch",
+                 (long long)g.classes);
+        return NULL;
+    }
     double total = 0;
     int64_t count = 0;
     for (int64_t r = 0; r < g.rows; r++) {
         int64_t t = target_at(targets, &g, r);
         if (t == ignore_index)
             continue;
-        double l = row_logsumexp(logits, &g, r);
+        double l = row_logsumexp(logits, &g, r, buf);
         ((double *)tg__ptr(lse))[r] = l;
         total += l - logit_at(logits, &g, r, t);
         count++;
     }
+    free(buf);
     double loss = count ? total / (double)count : NAN; /* all ignored: NaN, as PyTorch */
     if (out->dtype == TG_FLOAT32)
         *(float *)tg__ptr(out) = (float)loss;
