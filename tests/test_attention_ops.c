@@ -422,8 +422,19 @@ START_TEST(dropout_zeroes_about_p_and_scales_the_rest)
 }
 END_TEST
 
-/* The mask is one draw per element, row-major, from the generator given: the
- * test redraws it from the same seed. Also for a transposed input. */
+/* SplitMix64 as its authors define it: the state steps by the golden-ratio
+ * constant and each output is the mixed state. */
+static uint64_t splitmix64_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return z ^ (z >> 31);
+}
+
+/* The mask is SplitMix64's stream from one draw of the generator given, one
+ * output per element in row-major order (autograd.h): the test redraws it.
+ * Also for a transposed input; and the generator moved on by one draw. */
 START_TEST(dropout_mask_follows_the_rng_draws_in_row_major_order)
 {
     tg_tensor *x = T64(SHAPE(3, 4), 2, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12);
@@ -432,10 +443,13 @@ START_TEST(dropout_mask_follows_the_rng_draws_in_row_major_order)
     tg_tensor *xt = tg_transpose(x, 0, 1); /* [4,3] */
     tg_rng *rng = tg_rng_new(9);
     tg_tensor *y = tg_dropout(xt, 0.5, true, rng);
+    uint64_t after = tg_rng_next(rng);
     tg_rng_seed(rng, 9);
+    uint64_t key = tg_rng_next(rng);
+    ck_assert(tg_rng_next(rng) == after);
     double *xv = values_of(xt), want[12], scale[12];
     for (int i = 0; i < 12; i++) {
-        scale[i] = tg_rng_uniform01(rng) < 0.5 ? 0.0 : 2.0;
+        scale[i] = (double)(splitmix64_next(&key) >> 11) * 0x1.0p-53 < 0.5 ? 0.0 : 2.0;
         want[i] = xv[i] * scale[i];
     }
     tg_rng_free(rng);
@@ -450,6 +464,28 @@ START_TEST(dropout_mask_follows_the_rng_draws_in_row_major_order)
     free(g);
     tg_scope_end();
     tg_release(x);
+}
+END_TEST
+
+/* Over a tensor of many parallel blocks, the kept fraction is 1 - p within
+ * five standard deviations, and the kept elements hold exactly 1/(1-p). */
+START_TEST(dropout_keeps_one_minus_p_of_a_large_tensor)
+{
+    enum { N = 300001 };
+    tg_scope_begin();
+    tg_tensor *x = tg_ones(TG_FLOAT32, 1, SHAPE(N));
+    tg_rng *rng = tg_rng_new(5);
+    double *y = values_of(tg_dropout(x, 0.3, true, rng));
+    int64_t kept = 0;
+    for (int i = 0; i < N; i++) {
+        ck_assert(y[i] == 0 || y[i] == (double)(float)(1 / 0.7));
+        kept += y[i] != 0;
+    }
+    double sd = sqrt(N * 0.3 * 0.7);
+    ck_assert_msg(fabs((double)kept - 0.7 * N) < 5 * sd, "kept %lld of %d", (long long)kept, N);
+    tg_rng_free(rng);
+    free(y);
+    tg_scope_end();
 }
 END_TEST
 
@@ -539,6 +575,7 @@ int main(void)
     tcase_add_test(dr, dropout_zeroes_about_p_and_scales_the_rest);
     tcase_add_test(dr, dropout_mask_follows_the_rng_draws_in_row_major_order);
     tcase_add_test(dr, dropout_with_the_same_seed_gives_the_same_mask);
+    tcase_add_test(dr, dropout_keeps_one_minus_p_of_a_large_tensor);
     tcase_add_test(dr, dropout_rejects_p_outside_zero_one);
     tcase_add_test(dr, dropout_rejects_missing_rng_and_bad_inputs);
     suite_add_tcase(s, dr);
