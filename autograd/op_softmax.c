@@ -1,6 +1,7 @@
 /* softmax and log_softmax along one dim, for any layout: each slice along
  * the dim (a "row") is normalised on its own, max first so exp never
  * overflows. A row that is entirely -inf (every key masked) is defined here. */
+#include "fastmath.h"
 #include "graph.h"
 
 #include <string.h>
@@ -97,11 +98,38 @@ static int64_t row_step(const tg_tensor *t, const row_plan *p)
 DEFINE_SOFTMAX_KERNELS(float, f32)
 DEFINE_SOFTMAX_KERNELS(double, f64)
 
+/* float32 softmax of a contiguous row through the vectorised exp: the shift
+ * and the sum in double as above, the exps in float. */
+TG_VECTOR_CLONES
+static void forward_f32_contiguous(const float *x, float *y, int64_t n)
+{
+    double m = -INFINITY;
+    for (int64_t k = 0; k < n; k++)
+        if (x[k] > m || isnan(x[k]))
+            m = x[k];
+    if (m == -INFINITY) {
+        for (int64_t k = 0; k < n; k++)
+            y[k] = 0;
+        return;
+    }
+    for (int64_t k = 0; k < n; k++)
+        y[k] = tg__expf((float)((double)x[k] - m));
+    double s = 0;
+    for (int64_t k = 0; k < n; k++)
+        s += y[k];
+    float inv_s = (float)(1.0 / s);
+    for (int64_t k = 0; k < n; k++)
+        y[k] *= inv_s;
+}
+
 static void forward_row(const tg_tensor *x, tg_tensor *out, const row_plan *p, int64_t xs,
                         int64_t os, bool log_space, int64_t r)
 {
     int64_t xo = row_offset(x, p, r), oo = row_offset(out, p, r);
-    if (x->dtype == TG_FLOAT32)
+    if (x->dtype == TG_FLOAT32 && !log_space && xs == 1 && os == 1)
+        forward_f32_contiguous((const float *)tg__ptr(x) + xo, (float *)tg__ptr(out) + oo,
+                               p->len);
+    else if (x->dtype == TG_FLOAT32)
         forward_f32((const float *)tg__ptr(x) + xo, (float *)tg__ptr(out) + oo, p->len, xs, os,
                     log_space);
     else
