@@ -1,6 +1,7 @@
 /* Layer normalisation over the trailing dims of x, with optional elementwise
  * weight and bias: a fused forward that saves each row's mean and 1/std, and
  * the fused backward that reuses them instead of a chain of small ops. */
+#include "fastmath.h"
 #include "graph.h"
 
 #include <string.h>
@@ -90,6 +91,55 @@ static void forward_row(void *out, double *mean, double *rstd, const void *x, co
     }
 }
 
+/* float32 rows: two passes (mean, then the mean square deviation), each
+ * summed in double over 8 lanes in a fixed order, so the loops vectorise
+ * without Welford's division per element and the result does not depend on
+ * the vector width. */
+#define LN_LANES 8
+static inline double sum_f32(const float *x, int64_t d, double shift, bool squares)
+{
+    double acc[LN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + LN_LANES <= d; i += LN_LANES)
+        for (int l = 0; l < LN_LANES; l++) {
+            double v = (double)x[i + l] - shift;
+            acc[l] += squares ? v * v : v;
+        }
+    double s = 0;
+    for (int l = 0; l < LN_LANES; l++)
+        s += acc[l];
+    for (; i < d; i++) {
+        double v = (double)x[i] - shift;
+        s += squares ? v * v : v;
+    }
+    return s;
+}
+
+TG_VECTOR_CLONES
+static void forward_row_f32(float *out, double *mean, double *rstd, const float *x,
+                            const float *w, const float *b, int64_t d, double eps)
+{
+    double m = sum_f32(x, d, 0, false) / (double)d;
+    double s = 1.0 / sqrt(sum_f32(x, d, m, true) / (double)d + eps);
+    *mean = m;
+    *rstd = s;
+    for (int64_t i = 0; i < d; i++) {
+        double y = ((double)x[i] - m) * s;
+        y = w ? y * w[i] : y;
+        out[i] = (float)(b ? y + b[i] : y);
+    }
+}
+
+static void forward_any(void *out, double *mean, double *rstd, const void *x, const void *w,
+                        const void *b, int64_t r, int64_t d, double eps, tg_dtype dt)
+{
+    if (dt == TG_FLOAT32)
+        forward_row_f32((float *)out + r * d, mean + r, rstd + r, (const float *)x + r * d, w, b,
+                        d, eps);
+    else
+        forward_row(out, mean, rstd, x, w, b, r, d, eps, dt);
+}
+
 static void layer_norm_forward(void *out, double *mean, double *rstd, const void *x,
                                const void *w, const void *b, int64_t rows, int64_t d,
                                double eps, tg_dtype dt)
@@ -97,10 +147,10 @@ static void layer_norm_forward(void *out, double *mean, double *rstd, const void
     if (rows > 1 && rows * d > TG_PAR_MIN) {
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < rows; r++)
-            forward_row(out, mean, rstd, x, w, b, r, d, eps, dt);
+            forward_any(out, mean, rstd, x, w, b, r, d, eps, dt);
     } else {
         for (int64_t r = 0; r < rows; r++)
-            forward_row(out, mean, rstd, x, w, b, r, d, eps, dt);
+            forward_any(out, mean, rstd, x, w, b, r, d, eps, dt);
     }
 }
 
@@ -125,6 +175,44 @@ static void dx_row(void *dx, const void *g, const void *x, const void *w, const 
         double dxhat = w ? gi * ld(w, dt, i) : gi;
         st(dx, dt, base + i, s * (dxhat - a - xhat * c));
     }
+}
+
+/* dx_row for float32, its two sums over 8 lanes as in the forward. */
+TG_VECTOR_CLONES
+static void dx_row_f32(float *dx, const float *g, const float *x, const float *w, double m,
+                       double s, int64_t d)
+{
+    double acc_a[LN_LANES] = {0}, acc_c[LN_LANES] = {0}, sum_a = 0, sum_c = 0;
+    int64_t i = 0;
+    for (; i + LN_LANES <= d; i += LN_LANES)
+        for (int l = 0; l < LN_LANES; l++) {
+            double xhat = ((double)x[i + l] - m) * s;
+            double dxhat = w ? (double)g[i + l] * w[i + l] : (double)g[i + l];
+            acc_a[l] += dxhat;
+            acc_c[l] += dxhat * xhat;
+        }
+    for (int l = 0; l < LN_LANES; l++)
+        sum_a += acc_a[l], sum_c += acc_c[l];
+    for (; i < d; i++) {
+        double xhat = ((double)x[i] - m) * s, dxhat = w ? (double)g[i] * w[i] : (double)g[i];
+        sum_a += dxhat;
+        sum_c += dxhat * xhat;
+    }
+    double a = sum_a / (double)d, c = sum_c / (double)d;
+    for (i = 0; i < d; i++) {
+        double xhat = ((double)x[i] - m) * s, dxhat = w ? (double)g[i] * w[i] : (double)g[i];
+        dx[i] = (float)(s * (dxhat - a - xhat * c));
+    }
+}
+
+static void dx_any(void *dx, const void *g, const void *x, const void *w, const double *mean,
+                   const double *rstd, int64_t r, int64_t d, tg_dtype dt)
+{
+    if (dt == TG_FLOAT32)
+        dx_row_f32((float *)dx + r * d, (const float *)g + r * d, (const float *)x + r * d, w,
+                   mean[r], rstd[r], d);
+    else
+        dx_row(dx, g, x, w, mean, rstd, r, d, dt);
 }
 
 /* dw_acc, db_acc ([d] float64, zeroed by the caller, either NULL) over the
@@ -156,10 +244,10 @@ static void layer_norm_backward(void *dx, double *dw_acc, double *db_acc, const 
     if (dx && par) {
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < rows; r++)
-            dx_row(dx, g, x, w, mean, rstd, r, d, dt);
+            dx_any(dx, g, x, w, mean, rstd, r, d, dt);
     } else if (dx) {
         for (int64_t r = 0; r < rows; r++)
-            dx_row(dx, g, x, w, mean, rstd, r, d, dt);
+            dx_any(dx, g, x, w, mean, rstd, r, d, dt);
     }
     if (!dw_acc && !db_acc)
         return;
