@@ -229,6 +229,27 @@ bool tg__needs_grad(int n, const tg_tensor *const *inputs)
     return false;
 }
 
+/* Whether op's backward reads the data of its inputs (rather than their
+ * shapes, or what it saved). Inputs made by other ops are kept as husks
+ * (tg__husk) by the ops listed here, so that a bias add does not keep the
+ * product it was given alive until backward. An op missing from the list
+ * keeps its inputs whole; the gradient checks run every op on inputs made
+ * by another op, so an op listed wrongly fails them. */
+static bool reads_input_data(tg_op op)
+{
+    switch (op) {
+    case TG_OP_ADD: case TG_OP_SUB: case TG_OP_NEG: case TG_OP_ADD_SCALAR:
+    case TG_OP_MUL_SCALAR: case TG_OP_EXP: case TG_OP_SQRT: case TG_OP_TANH:
+    case TG_OP_SIGMOID: case TG_OP_TO_DTYPE: case TG_OP_SUM: case TG_OP_MEAN:
+    case TG_OP_TRANSPOSE: case TG_OP_PERMUTE: case TG_OP_RESHAPE: case TG_OP_NARROW:
+    case TG_OP_EXPAND: case TG_OP_CONCAT: case TG_OP_CONTIGUOUS: case TG_OP_SOFTMAX:
+    case TG_OP_LOG_SOFTMAX: case TG_OP_MASKED_FILL: case TG_OP_DROPOUT:
+        return false;
+    default:
+        return true;
+    }
+}
+
 static size_t node_size(int n)
 {
     return sizeof(tg_node) + (size_t)n * (sizeof(tg_tensor *) + sizeof(bool));
@@ -268,8 +289,11 @@ tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
     bool *needs = (bool *)(in + n);
     node->inputs = in;
     node->needs = needs;
+    bool husks = !reads_input_data(op);
     for (int i = 0; i < n; i++) {
-        in[i] = tg_retain(inputs[i]);
+        /* a leaf stays whole: its .grad is where backward accumulates */
+        tg_tensor *h = husks && inputs[i] && inputs[i]->node ? tg__husk(inputs[i]) : NULL;
+        in[i] = h ? h : tg_retain(inputs[i]);
         needs[i] = inputs[i] && inputs[i]->requires_grad;
     }
     node->out_ndim = out->ndim;
@@ -306,6 +330,11 @@ static void free_links(tg_node *node)
     tg_release(node->grad);
     node->grad = NULL;
     node->freed = true;
+}
+
+void tg__node_retain(tg_node *node)
+{
+    node->refcount++;
 }
 
 void tg__node_release(tg_node *node)

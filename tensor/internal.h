@@ -24,7 +24,8 @@ typedef struct tg_storage {
 } tg_storage;
 
 struct tg_node; /* autograd/graph.h */
-/* Drops the tensor's reference to the op node that made it. */
+/* Takes and drops a reference to the op node that made a tensor. */
+void tg__node_retain(struct tg_node *node);
 void tg__node_release(struct tg_node *node);
 
 struct tg_tensor {
@@ -89,6 +90,11 @@ tg_tensor *tg__view(const tg_tensor *t, int ndim, const int64_t *shape,
 /* A view of t with t's own geometry but no autograd state: what an op saves
  * of its own output without making output -> node -> output a cycle. */
 tg_tensor *tg__alias(const tg_tensor *t);
+/* A header with t's shape, strides, dtype and graph link but no storage:
+ * what a graph node keeps of an input whose data its backward never reads,
+ * so that the data goes as soon as nothing else holds it. NULL when out of
+ * memory (nothing recorded). Only its metadata may be used. */
+tg_tensor *tg__husk(const tg_tensor *t);
 /* t itself (retained) when contiguous, otherwise a contiguous copy. */
 tg_tensor *tg__contiguous(const tg_tensor *t);
 /* dst[i] = src[i] for two tensors of one shape, any layouts, converting the

@@ -450,6 +450,21 @@ tg_tensor *tg__view(const tg_tensor *t, int ndim, const int64_t *shape,
     return v;
 }
 
+tg_tensor *tg__husk(const tg_tensor *t)
+{
+    tg_tensor *h = tg__small_alloc(sizeof *h);
+    if (!h)
+        return NULL;
+    *h = (tg_tensor){.refcount = 1, .offset = t->offset, .ndim = t->ndim, .dtype = t->dtype,
+                     .requires_grad = t->requires_grad, .node = t->node};
+    memcpy(h->shape, t->shape, sizeof h->shape);
+    memcpy(h->stride, t->stride, sizeof h->stride);
+    if (h->node)
+        tg__node_retain(h->node);
+    atomic_fetch_add(&live_tensors, 1);
+    return h;
+}
+
 tg_tensor *tg__alias(const tg_tensor *t)
 {
     return tg__view(t, t->ndim, t->shape, t->stride, t->offset);
@@ -470,7 +485,7 @@ void tg_release(tg_tensor *t)
     if (t->node)
         tg__node_release(t->node);
     tg_release(t->grad);
-    if (--t->storage->refcount == 0)
+    if (t->storage && --t->storage->refcount == 0) /* a husk has none */
         storage_free(t->storage);
     atomic_fetch_sub(&live_tensors, 1);
     tg__small_free(t, sizeof *t);
