@@ -132,6 +132,10 @@ int tg_max(const tg_tensor *x, int dim, bool keepdim, tg_tensor **values, tg_ten
  * from the result); otherwise [..., n, k] @ [..., k, m] -> [..., n, m] with
  * batch dims broadcast. Transposed operands are used without a copy. */
 tg_tensor *tg_matmul(const tg_tensor *a, const tg_tensor *b);
+/* x @ weight^T + bias, as torch.nn.functional.linear: x [..., in], weight
+ * [out, in], bias [out] or NULL -> [..., out]. One op: the bias is where the
+ * product starts, not a second pass. */
+tg_tensor *tg_affine(const tg_tensor *x, const tg_tensor *weight, const tg_tensor *bias);
 
 /* ---- views and joins (autograd/op_shape.c) ----------------------------------- */
 /* Views share x's storage; their gradient lands in the matching elements of x. */

@@ -209,9 +209,10 @@ static tg_tensor *project_heads(const tg_mha *m, const tg_tensor *x, int i)
 {
     int64_t E = m->embed_dim, B = x->shape[0], T = x->shape[1];
     tg_tensor *w = tg_narrow(m->in_proj_weight, 0, i * E, E); /* [E, E] */
-    tg_tensor *y = tg_matmul(x, tg_transpose(w, 0, 1));       /* [B, T, E] */
-    if (m->in_proj_bias)
-        y = tg_add(y, tg_narrow(m->in_proj_bias, 0, i * E, E));
+    tg_tensor *b = m->in_proj_bias ? tg_narrow(m->in_proj_bias, 0, i * E, E) : NULL;
+    tg_tensor *y = tg_affine(x, w, b); /* [B, T, E] */
+    if (m->in_proj_bias && !b)
+        return NULL;
     y = tg_reshape(y, 4, (int64_t[]){B, T, m->num_heads, m->head_dim});
     return tg_transpose(y, 1, 2);
 }

@@ -368,7 +368,7 @@ static tg_tensor *trunk(const tg_gpt *m, const tg_tensor *idx, kv_cache *caches,
 /* The tied LM head: x [..., d] @ wte^T -> [..., vocab]. */
 static tg_tensor *lm_head(const tg_gpt *m, const tg_tensor *x)
 {
-    return tg_matmul(x, tg_transpose(m->wte->weight, 0, 1));
+    return tg_affine(x, m->wte->weight, NULL);
 }
 
 /* idx: int64 [B, T] with 1 <= T <= block_size and tokens in [0, vocab). */

@@ -84,12 +84,7 @@ tg_tensor *tg_linear_forward(const tg_linear *m, const tg_tensor *x)
     if (x->dtype != m->weight->dtype)
         return tg__fail(TG_ERR_DTYPE, "tg_linear_forward: input dtype %s differs from weight "
                         "dtype %s", tg_dtype_name(x->dtype), tg_dtype_name(m->weight->dtype));
-    tg_scope_begin();
-    /* weight^T is a strided view [in, out]: matmul reads it without a copy. */
-    tg_tensor *y = tg_matmul(x, tg_transpose(m->weight, 0, 1));
-    if (m->bias)
-        y = tg_add(y, m->bias);
-    return tg_scope_end_keep(y);
+    return tg_affine(x, m->weight, m->bias);
 }
 
 int tg_linear_params(const tg_linear *m, const char *prefix, tg_params *ps)

@@ -1,6 +1,7 @@
 /* Gradient-check cases for tg_matmul: every 1-D / 2-D / batched pairing,
  * broadcast batch dims, and operands that are transposed, sliced or
- * expanded views (read in place or copied by the forward). */
+ * expanded views (read in place or copied by the forward); and tg_affine
+ * with and without a bias, on 1-D, 2-D, 3-D and transposed inputs. */
 #include "cases.h"
 
 static int two_inputs(tg_tensor **in, tg_rng *rng, int na, const int64_t *sa, int nb,
@@ -66,6 +67,47 @@ static tg_tensor *f_matmul_expanded(tg_tensor *const *x, int n, void *c)
                      tg_expand(x[1], 3, (const int64_t[]){2, 4, 5}));
 }
 
+/* x, weight [5, 4] and bias [5]: tg_affine's inputs. */
+static int affine_inputs(tg_tensor **in, tg_rng *rng, int nx, const int64_t *sx)
+{
+    in[0] = gc_randn(rng, nx, sx);
+    in[1] = gc_randn(rng, 2, (const int64_t[]){5, 4});
+    in[2] = gc_randn(rng, 1, (const int64_t[]){5});
+    return 3;
+}
+static int affine_vec(tg_tensor **in, tg_rng *rng) { return affine_inputs(in, rng, 1, (const int64_t[]){4}); }
+static int affine_mat(tg_tensor **in, tg_rng *rng) { return affine_inputs(in, rng, 2, (const int64_t[]){3, 4}); }
+static int affine_batch(tg_tensor **in, tg_rng *rng)
+{
+    return affine_inputs(in, rng, 3, (const int64_t[]){2, 3, 4});
+}
+/* x stored [4, 3], read transposed as [3, 4]. */
+static int affine_stored_t(tg_tensor **in, tg_rng *rng)
+{
+    return affine_inputs(in, rng, 2, (const int64_t[]){4, 3});
+}
+
+static tg_tensor *f_affine(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    return tg_sum(tg_affine(x[0], x[1], x[2]), NULL, 0, false);
+}
+
+static tg_tensor *f_affine_no_bias(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    return tg_sum(tg_mul(tg_affine(x[0], x[1], NULL), tg_affine(x[0], x[1], NULL)), NULL, 0,
+                  false);
+}
+
+static tg_tensor *f_affine_transposed(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    tg_tensor *y = tg_affine(tg_transpose(x[0], 0, 1), tg_transpose(tg_transpose(x[1], 0, 1), 0, 1),
+                             x[2]);
+    return tg_sum(tg_mul(y, y), NULL, 0, false);
+}
+
 const gc_case cases_matmul[] = {
     {"matmul_2d", f_matmul, mat_mat, 0, 0},
     {"matmul_vec_mat", f_matmul, vec_mat, 0, 0},
@@ -81,5 +123,9 @@ const gc_case cases_matmul[] = {
     {"matmul_transposed_batched", f_matmul_transposed, stored_transposed_batch, 0, 0},
     {"matmul_sliced_operands", f_matmul_sliced, wide_pair, 0, 0},
     {"matmul_expanded_operands", f_matmul_expanded, expandable_pair, 0, 0},
+    {"affine_vec", f_affine, affine_vec, 0, 0},
+    {"affine_mat", f_affine, affine_mat, 0, 0},
+    {"affine_batch_no_bias", f_affine_no_bias, affine_batch, 0, 0},
+    {"affine_transposed_input", f_affine_transposed, affine_stored_t, 0, 0},
 };
 const int n_cases_matmul = sizeof cases_matmul / sizeof cases_matmul[0];
