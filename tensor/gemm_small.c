@@ -43,15 +43,18 @@ static inline void load_lanes(lanes *v, const float *p)
     memcpy(v, p, sizeof *v);
 }
 
-/* The sum of the 16 lanes, halving: the same order on every vector width. */
+typedef float lanes8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float lanes4 __attribute__((vector_size(4 * sizeof(float))));
+
+/* The sum of the 16 lanes, halving (lane l plus lane l + half) down to one:
+ * the same order on every vector width, in shuffles rather than scalars. */
 static inline float lane_sum(const lanes *v)
 {
-    float f[LANES];
-    memcpy(f, v, sizeof f);
-    for (int w = LANES / 2; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++)
-            f[l] += f[l + w];
-    return f[0];
+    lanes8 h8 = __builtin_shufflevector(*v, *v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                __builtin_shufflevector(*v, *v, 8, 9, 10, 11, 12, 13, 14, 15);
+    lanes4 h4 = __builtin_shufflevector(h8, h8, 0, 1, 2, 3) +
+                __builtin_shufflevector(h8, h8, 4, 5, 6, 7);
+    return (h4[0] + h4[2]) + (h4[1] + h4[3]);
 }
 
 /* C[0:M, j0:j1] for M rows of x (M x k, contiguous), B stored N x K, JB
