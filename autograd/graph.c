@@ -605,13 +605,14 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad_output)
         for (int64_t i = 0; i < n; i++)
             order[i]->refcount++; /* freeing links below must not free nodes we visit */
         root->node->grad = tg_retain(g);
-        for (int64_t i = n - 1; rc == 0 && i >= 0; i--)
-            if (order[i]->grad) {
-                if (run_node(order[i]) < 0)
-                    rc = -1;
-                tg_release(order[i]->grad); /* done with it: free memory as we go */
-                order[i]->grad = NULL;
-            }
+        /* A node that has run is done with what it saved and its inputs: its
+         * links go at once, so activations are freed as backward passes them
+         * rather than all at the end. */
+        for (int64_t i = n - 1; rc == 0 && i >= 0; i--) {
+            if (order[i]->grad && run_node(order[i]) < 0)
+                rc = -1;
+            free_links(order[i]);
+        }
         for (int64_t i = n - 1; i >= 0; i--)
             free_links(order[i]);
         for (int64_t i = 0; i < n; i++)
