@@ -23,6 +23,55 @@
         } while (tg__iter_next(&it));                                         \
     } while (0)
 
+/* Columns per block when the leading dims of a contiguous tensor are summed
+ * (a bias gradient): each block is one thread's, its rows added in order,
+ * so any thread count gives the same sums. */
+#define SUM_COLS 256
+
+/* acc[j] (double, zeroed) += x[r * cols + j] for j in [j0, j1), every row. */
+#define SUM_LEADING(T)                                                        \
+    static void sum_leading_##T(const T *x, int64_t rows, int64_t cols, int64_t j0, \
+                                int64_t j1, double *acc)                     \
+    {                                                                         \
+        for (int64_t r = 0; r < rows; r++)                                    \
+            for (int64_t j = j0; j < j1; j++)                                 \
+                acc[j] += (double)x[r * cols + j];                            \
+    }
+SUM_LEADING(float)
+SUM_LEADING(double)
+
+/* The dims reduced are exactly the leading ones of a contiguous x: the sums
+ * of rows x cols by column, into acc. False when x is not of that form. */
+static bool sum_leading_dims(const tg_tensor *x, const bool *reduce, double *acc)
+{
+    int lead = 0;
+    while (lead < x->ndim && reduce[lead])
+        lead++;
+    for (int d = lead; d < x->ndim; d++)
+        if (reduce[d])
+            return false;
+    if (lead == 0 || !tg_is_contiguous(x))
+        return false;
+    int64_t rows = tg__numel(lead, x->shape), cols = tg__numel(x->ndim - lead, x->shape + lead);
+    int64_t blocks = (cols + SUM_COLS - 1) / SUM_COLS;
+    bool f32 = x->dtype == TG_FLOAT32;
+    if (rows * cols > TG_PAR_MIN && blocks > 1) {
+#pragma omp parallel for schedule(static)
+        for (int64_t b = 0; b < blocks; b++) {
+            int64_t j0 = b * SUM_COLS, j1 = j0 + SUM_COLS < cols ? j0 + SUM_COLS : cols;
+            if (f32)
+                sum_leading_float(tg__ptr(x), rows, cols, j0, j1, acc);
+            else
+                sum_leading_double(tg__ptr(x), rows, cols, j0, j1, acc);
+        }
+    } else if (f32) {
+        sum_leading_float(tg__ptr(x), rows, cols, 0, cols, acc);
+    } else {
+        sum_leading_double(tg__ptr(x), rows, cols, 0, cols, acc);
+    }
+    return true;
+}
+
 tg_tensor *tg__sum_dims(const tg_tensor *x, const bool *reduce)
 {
     int64_t shape[TG_MAX_DIMS];
@@ -55,7 +104,7 @@ tg_tensor *tg__sum_dims(const tg_tensor *x, const bool *reduce)
     memcpy(strides[1], x->stride, sizeof strides[1]);
     tg__iter it;
     tg__iter_init(&it, x->ndim, x->shape, 2, (const int64_t(*)[TG_MAX_DIMS])strides);
-    if (it.len) {
+    if (it.len && !sum_leading_dims(x, reduce, acc)) {
         if (f32)
             SUM_ROWS(float, acc);
         else
