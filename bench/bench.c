@@ -471,9 +471,13 @@ int main(int argc, char **argv)
     }
     set_threads(threads);
     int failed = 0;
+    /* Each config starts without the buffers the one before left cached, so
+     * its peak RSS is its own (ru_maxrss only ever grows). */
     for (int i = 0; i < NBENCH; i++)
-        if (!any || chosen[i])
+        if (!any || chosen[i]) {
             failed |= benches[i].run(threads) != 0;
+            tg_release_cached_memory();
+        }
     if (tg_live_tensors() != 0)
         fprintf(stderr, "bench: %lld tensors still alive at exit\n",
                 (long long)tg_live_tensors());
