@@ -128,17 +128,9 @@ static tg_tensor *draw_scale(const tg_tensor *x, double p, tg_rng *rng)
         return NULL;
     uint64_t key = tg_rng_next(rng), drop_below = (uint64_t)ceil(p * 0x1.0p53);
     double keep = 1.0 / (1.0 - p);
-    int64_t n = tg__numel(x->ndim, x->shape), blocks = (n + TG_PAR_MIN - 1) / TG_PAR_MIN;
-    if (blocks <= 1) {
-        scale_block(key, drop_below, 0, n, keep, x->dtype, tg__ptr(scale));
-        return scale;
-    }
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < blocks; b++) {
-        int64_t i0 = b * TG_PAR_MIN;
-        scale_block(key, drop_below, i0, n - i0 < TG_PAR_MIN ? n - i0 : TG_PAR_MIN, keep,
-                    x->dtype, tg__ptr(scale));
-    }
+    int64_t n = tg__numel(x->ndim, x->shape);
+    void *out = tg__ptr(scale);
+    TG_FOR_BLOCKS(n, lo, len, scale_block(key, drop_below, lo, len, keep, x->dtype, out));
     return scale;
 }
 

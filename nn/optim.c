@@ -117,16 +117,7 @@ static void adam_block_f32(float *restrict p, const float *restrict g, float *re
 static void adam_flat_f32(float *p, const float *g, float *m, float *v, int64_t n,
                           const coefs *c)
 {
-    int64_t blocks = (n + TG_PAR_MIN - 1) / TG_PAR_MIN;
-    if (blocks <= 1) {
-        adam_block_f32(p, g, m, v, n, c);
-        return;
-    }
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < blocks; b++) {
-        int64_t i = b * TG_PAR_MIN, len = n - i < TG_PAR_MIN ? n - i : TG_PAR_MIN;
-        adam_block_f32(p + i, g + i, m + i, v + i, len, c);
-    }
+    TG_FOR_BLOCKS(n, lo, len, adam_block_f32(p + lo, g + lo, m + lo, v + lo, len, c));
 }
 
 /* Updates one parameter that has a gradient; s->steps already counts this step. */

@@ -132,6 +132,26 @@ int tg__check_float(const char *fn, const tg_tensor *t);
  * core from OpenBLAS, so only work worth it gets a region. */
 #define TG_PAR_MIN 32768
 
+/* Runs BODY once per TG_PAR_MIN-element block of [0, n), with lo and len
+ * naming the block: on the calling thread when there is one block, else the
+ * blocks shared out to the OpenMP team in order (static partitioning), so
+ * elementwise work gives the same result on any thread count. */
+#define TG_FOR_BLOCKS(n, lo, len, BODY)                                       \
+    do {                                                                      \
+        int64_t blocks_ = ((n) + TG_PAR_MIN - 1) / TG_PAR_MIN;                \
+        if (blocks_ <= 1) {                                                   \
+            int64_t lo = 0, len = (n);                                        \
+            BODY;                                                             \
+        } else {                                                              \
+            _Pragma("omp parallel for schedule(static)")                      \
+            for (int64_t b_ = 0; b_ < blocks_; b_++) {                        \
+                int64_t lo = b_ * TG_PAR_MIN;                                 \
+                int64_t len = (n) - lo < TG_PAR_MIN ? (n) - lo : TG_PAR_MIN;  \
+                BODY;                                                         \
+            }                                                                 \
+        }                                                                     \
+    } while (0)
+
 /* Per-thread state that ops touch on every call: initial-exec TLS is one
  * load where the shared library's default model calls __tls_get_addr. For
  * small variables only (the static TLS surplus for dlopen is limited). */

@@ -95,8 +95,8 @@ static inline float gelu_tanh_grad_f32(float x)
         }                                                                     \
     } while (0)
 
-/* Contiguous float32: a loop per kind on one chunk, compiled per vector
- * width; the chunks are shared out to the OpenMP team when there are many. */
+/* Contiguous float32: a loop per kind on one block, compiled per vector
+ * width; TG_FOR_BLOCKS shares the blocks out. */
 TG_VECTOR_CLONES
 static void binary_f32(tg__binary_kind kind, float *restrict o, const float *restrict a,
                        const float *restrict b, int64_t n)
@@ -118,21 +118,6 @@ static void binary_f32(tg__binary_kind kind, float *restrict o, const float *res
         F32_CASE(TG_BIN_GELU_ERF_GRAD)
         F32_CASE(TG_BIN_GELU_TANH_GRAD)
 #undef F32_CASE
-    }
-}
-
-static void binary_f32_par(tg__binary_kind kind, float *o, const float *a, const float *b,
-                           int64_t n)
-{
-    if (n <= TG_PAR_MIN) {
-        binary_f32(kind, o, a, b, n);
-        return;
-    }
-    int64_t chunks = (n + TG_PAR_MIN - 1) / TG_PAR_MIN;
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < chunks; c++) {
-        int64_t lo = c * TG_PAR_MIN, len = n - lo < TG_PAR_MIN ? n - lo : TG_PAR_MIN;
-        binary_f32(kind, o + lo, a + lo, b + lo, len);
     }
 }
 
@@ -163,9 +148,11 @@ tg_tensor *tg__binary(const tg_tensor *a, const tg_tensor *b, tg__binary_kind ki
         if (!it.len)
             return out;
     }
-    if (a->dtype == TG_FLOAT32 && flat)
-        binary_f32_par(kind, tg__ptr(out), tg__ptr(a), tg__ptr(b), n);
-    else if (a->dtype == TG_FLOAT32)
+    if (a->dtype == TG_FLOAT32 && flat) {
+        float *o = tg__ptr(out);
+        const float *pa = tg__ptr(a), *pb = tg__ptr(b);
+        TG_FOR_BLOCKS(n, lo, len, binary_f32(kind, o + lo, pa + lo, pb + lo, len));
+    } else if (a->dtype == TG_FLOAT32)
         BINARY_ALL(float);
     else
         BINARY_ALL(double);
@@ -271,20 +258,6 @@ static void unary_f32(tg__unary_kind kind, float *restrict o, const float *restr
     }
 }
 
-static void unary_f32_par(tg__unary_kind kind, float *o, const float *x, int64_t n, double arg)
-{
-    if (n <= TG_PAR_MIN) {
-        unary_f32(kind, o, x, n, arg);
-        return;
-    }
-    int64_t chunks = (n + TG_PAR_MIN - 1) / TG_PAR_MIN;
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < chunks; c++) {
-        int64_t lo = c * TG_PAR_MIN, len = n - lo < TG_PAR_MIN ? n - lo : TG_PAR_MIN;
-        unary_f32(kind, o + lo, x + lo, len, arg);
-    }
-}
-
 tg_tensor *tg__unary(const tg_tensor *x, tg__unary_kind kind, double arg)
 {
     tg_tensor *out = tg__empty_uninit_like(x); /* every element is written */
@@ -301,9 +274,11 @@ tg_tensor *tg__unary(const tg_tensor *x, tg__unary_kind kind, double arg)
         if (!it.len)
             return out;
     }
-    if (x->dtype == TG_FLOAT32 && flat)
-        unary_f32_par(kind, tg__ptr(out), tg__ptr(x), n, arg);
-    else if (x->dtype == TG_FLOAT32)
+    if (x->dtype == TG_FLOAT32 && flat) {
+        float *o = tg__ptr(out);
+        const float *px = tg__ptr(x);
+        TG_FOR_BLOCKS(n, lo, len, unary_f32(kind, o + lo, px + lo, len, arg));
+    } else if (x->dtype == TG_FLOAT32)
         UNARY_ALL(float);
     else
         UNARY_ALL(double);
