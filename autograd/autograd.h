@@ -136,6 +136,11 @@ tg_tensor *tg_matmul(const tg_tensor *a, const tg_tensor *b);
  * [out, in], bias [out] or NULL -> [..., out]. One op: the bias is where the
  * product starts, not a second pass. */
 tg_tensor *tg_affine(const tg_tensor *x, const tg_tensor *weight, const tg_tensor *bias);
+/* tg_affine(tg_gelu(h, kind), weight, bias) as one op that keeps only h for
+ * backward and computes GELU(h) again there: an MLP's widest activation is
+ * held once instead of twice. */
+tg_tensor *tg_gelu_affine(const tg_tensor *h, tg_gelu_kind kind, const tg_tensor *weight,
+                          const tg_tensor *bias);
 
 /* ---- views and joins (autograd/op_shape.c) ----------------------------------- */
 /* Views share x's storage; their gradient lands in the matching elements of x. */

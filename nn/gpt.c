@@ -341,9 +341,11 @@ static tg_tensor *block_forward(const tg_gpt *m, const gpt_block *b, tg_tensor *
 {
     tg_tensor *a = tg_layer_norm_forward(b->ln_1, x);
     x = tg_add(x, a ? attention(m, b, a, cache, pos0, p) : NULL);
-    tg_tensor *h = tg_gelu(tg_linear_forward(b->c_fc, tg_layer_norm_forward(b->ln_2, x)),
-                           TG_GELU_TANH); /* [B, T, 4d] */
-    return tg_add(x, maybe_dropout(m, tg_linear_forward(b->mlp_proj, h), p));
+    tg_tensor *h = tg_linear_forward(b->c_fc, tg_layer_norm_forward(b->ln_2, x)); /* [B, T, 4d] */
+    /* mlp_proj(gelu(h)) as one op: GELU(h), the widest activation, is not kept */
+    tg_tensor *y = h ? tg_gelu_affine(h, TG_GELU_TANH, b->mlp_proj->weight, b->mlp_proj->bias)
+                     : NULL;
+    return tg_add(x, maybe_dropout(m, y, p));
 }
 
 /* idx int64 [B, T] at positions pos0.. -> final hidden states [B, T, d]

@@ -1,7 +1,8 @@
 /* Gradient-check cases for tg_matmul: every 1-D / 2-D / batched pairing,
  * broadcast batch dims, and operands that are transposed, sliced or
- * expanded views (read in place or copied by the forward); and tg_affine
- * with and without a bias, on 1-D, 2-D, 3-D and transposed inputs. */
+ * expanded views (read in place or copied by the forward); tg_affine with
+ * and without a bias, on 1-D, 2-D, 3-D and transposed inputs; and
+ * tg_gelu_affine with either GELU. */
 #include "cases.h"
 
 static int two_inputs(tg_tensor **in, tg_rng *rng, int na, const int64_t *sa, int nb,
@@ -108,6 +109,20 @@ static tg_tensor *f_affine_transposed(tg_tensor *const *x, int n, void *c)
     return tg_sum(tg_mul(y, y), NULL, 0, false);
 }
 
+static tg_tensor *f_gelu_affine_tanh(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    tg_tensor *y = tg_gelu_affine(x[0], TG_GELU_TANH, x[1], x[2]);
+    return tg_sum(tg_mul(y, y), NULL, 0, false);
+}
+
+static tg_tensor *f_gelu_affine_erf_no_bias(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    tg_tensor *y = tg_gelu_affine(tg_transpose(x[0], 0, 1), TG_GELU_ERF, x[1], NULL);
+    return tg_sum(tg_mul(y, y), NULL, 0, false);
+}
+
 const gc_case cases_matmul[] = {
     {"matmul_2d", f_matmul, mat_mat, 0, 0},
     {"matmul_vec_mat", f_matmul, vec_mat, 0, 0},
@@ -127,5 +142,7 @@ const gc_case cases_matmul[] = {
     {"affine_mat", f_affine, affine_mat, 0, 0},
     {"affine_batch_no_bias", f_affine_no_bias, affine_batch, 0, 0},
     {"affine_transposed_input", f_affine_transposed, affine_stored_t, 0, 0},
+    {"gelu_affine_tanh_batch", f_gelu_affine_tanh, affine_batch, 0, 0},
+    {"gelu_affine_erf_transposed_no_bias", f_gelu_affine_erf_no_bias, affine_stored_t, 0, 0},
 };
 const int n_cases_matmul = sizeof cases_matmul / sizeof cases_matmul[0];
