@@ -212,7 +212,10 @@ tg_tensor *tg_mse_loss(const tg_tensor *input, const tg_tensor *target);
  * masks key j > query i (applied together with mask). scale <= 0 means
  * 1/sqrt(E). A query whose every key is masked gives zeros and passes zero
  * gradient. Saves the output and one logsumexp per query row for backward,
- * which recomputes the scores tile by tile. tg_scaled_dot_product_attention
+ * which recomputes the scores tile by tile. With 4-D inputs [B, H, L, E]
+ * the output's memory is [B, L, H, Ev] (a transposed view, not contiguous),
+ * so that merging the heads with transpose(1, 2) and reshape costs no copy.
+ * tg_scaled_dot_product_attention
  * (nn.h) calls this when it can. Errors: TG_ERR_NULL, TG_ERR_DTYPE (q, k, v
  * not one float dtype; mask not bool or float), TG_ERR_SHAPE, TG_ERR_VALUE
  * (scale not finite). */

@@ -188,6 +188,18 @@ static void online_softmax(const attn_plan *p, scratch *w, int64_t nr, int64_t n
     }
 }
 
+/* Where row t of batch b starts in the output. With two batch dims
+ * [B, H] (heads) the output is stored as [B, L, H, Ev], so that the caller's
+ * transpose(1, 2) and reshape to [B, L, H * Ev] that merges the heads is a
+ * view, not a copy; otherwise it is stored contiguously. */
+static int64_t out_row(const attn_plan *p, int64_t b, int64_t t)
+{
+    if (p->nbd != 2)
+        return (b * p->L + t) * p->Ev;
+    int64_t H = p->bshape[1], b0 = b / H, b1 = b % H;
+    return ((b0 * p->L + t) * H + b1) * p->Ev;
+}
+
 /* Rows [r0, r0 + nr) of batch b: out [nb, L, Ev], lse [nb, L] (double). */
 static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, int64_t nr,
                          char *out, double *lse)
@@ -211,7 +223,7 @@ static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, 
         /* A row with every key masked has l = 0: zeros, as the softmax op gives. */
         double inv = w->l[r] > 0 ? 1.0 / w->l[r] : 0;
         for (int64_t e = 0; e < p->Ev; e++)
-            store(p->dtype, out, (row0 + r) * p->Ev + e, inv * load(p->dtype, w->acc, r * p->Ev + e));
+            store(p->dtype, out, out_row(p, b, r0 + r) + e, inv * load(p->dtype, w->acc, r * p->Ev + e));
         lse[row0 + r] = w->l[r] > 0 ? w->m[r] + log(w->l[r]) : -INFINITY;
     }
     return 0;
@@ -510,6 +522,20 @@ static int check_args(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v
     return 0;
 }
 
+/* The output [..., L, Ev], laid out as out_row says. */
+static tg_tensor *new_output(const attn_plan *p, const int64_t *shape)
+{
+    if (p->nbd != 2)
+        return tg__empty(p->dtype, p->nbd + 2, shape);
+    int64_t B = shape[0], H = shape[1], L = shape[2], Ev = shape[3];
+    tg_tensor *store = tg__empty(p->dtype, 4, (int64_t[]){B, L, H, Ev});
+    if (!store)
+        return NULL;
+    tg_tensor *out = tg__view(store, 4, shape, (int64_t[]){L * H * Ev, Ev, H * Ev, 1}, 0);
+    tg_release(store);
+    return out;
+}
+
 tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
                         const tg_tensor *mask, bool is_causal, double scale)
 {
@@ -522,7 +548,7 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
     int64_t shape[TG_MAX_DIMS];
     memcpy(shape, p.bshape, sizeof shape);
     shape[p.nbd] = p.L, shape[p.nbd + 1] = p.Ev;
-    tg_tensor *out = tg__empty(p.dtype, p.nbd + 2, shape);             /* [..., L, Ev] */
+    tg_tensor *out = new_output(&p, shape);                             /* [..., L, Ev] */
     tg_tensor *lse = tg__empty(TG_FLOAT64, 1, (int64_t[]){p.nb * p.L}); /* [nb * L] */
     tg_tensor *qc = tg__contiguous(q), *kc = tg__contiguous(k), *vc = tg__contiguous(v);
     bool ok = out && lse && qc && kc && vc;
