@@ -27,6 +27,20 @@
 #include <cblas.h>
 #endif
 
+/* Valgrind runs FMA instructions through a helper call per element, which
+ * makes the SIMD kernels slower there than the portable one by far: under
+ * valgrind the run-time choice is the portable kernel. */
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+#ifdef RUNNING_ON_VALGRIND
+#define UNDER_VALGRIND() (RUNNING_ON_VALGRIND != 0)
+#else
+#define UNDER_VALGRIND() 0
+#endif
+
 /* Blocking of the portable kernel (gemm_kernel.h), in elements; the SIMD
  * kernels carry their own (gemm_x86.c). A KC x NR panel of B
  * (8 KiB in float) sits in L1 while an MC x KC block of A (about 100-200
@@ -113,7 +127,8 @@ static enum tg__gemm_isa current_isa(void)
 {
     int isa = gemm_isa;
     if (isa == -2)
-        gemm_isa = isa = tg__gemm_isa_available(TG_GEMM_ISA_AVX512) ? TG_GEMM_ISA_AVX512
+        gemm_isa = isa = UNDER_VALGRIND()                             ? TG_GEMM_ISA_GENERIC
+                         : tg__gemm_isa_available(TG_GEMM_ISA_AVX512) ? TG_GEMM_ISA_AVX512
                          : tg__gemm_isa_available(TG_GEMM_ISA_AVX2) ? TG_GEMM_ISA_AVX2
                                                                      : TG_GEMM_ISA_GENERIC;
     return (enum tg__gemm_isa)isa;
