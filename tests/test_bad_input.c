@@ -93,6 +93,30 @@ static bool matmul_inner_mismatch(void) { FAILS(tg_matmul(f32(2, SHAPE(2, 3)), f
 static bool matmul_of_scalar(void) { FAILS(tg_matmul(tg_scalar(TG_FLOAT32, 2), f32(1, SHAPE(3)))); }
 static bool matmul_batch_mismatch(void) { FAILS(tg_matmul(f32(3, SHAPE(2, 2, 3)), f32(3, SHAPE(4, 3, 5)))); }
 static bool matmul_of_int(void) { FAILS(tg_matmul(i64(2, SHAPE(2, 2), 1), i64(2, SHAPE(2, 2), 1))); }
+static bool affine_null_weight(void) { FAILS(tg_affine(f32(2, SHAPE(3, 4)), NULL, NULL)); }
+static bool affine_in_mismatch(void) { FAILS(tg_affine(f32(2, SHAPE(3, 4)), f32(2, SHAPE(5, 6)), NULL)); }
+static bool affine_weight_not_2d(void) { FAILS(tg_affine(f32(2, SHAPE(3, 4)), f32(1, SHAPE(4)), NULL)); }
+static bool affine_bias_wrong_size(void)
+{
+    FAILS(tg_affine(f32(2, SHAPE(3, 4)), f32(2, SHAPE(5, 4)), f32(1, SHAPE(6))));
+}
+static bool affine_dtypes_differ(void)
+{
+    FAILS(tg_affine(f32(2, SHAPE(3, 4)), tg_ones(TG_FLOAT64, 2, SHAPE(5, 4)), NULL));
+}
+static bool affine_of_scalar(void) { FAILS(tg_affine(tg_scalar(TG_FLOAT32, 2), f32(2, SHAPE(5, 4)), NULL)); }
+static bool gelu_affine_unknown_kind(void)
+{
+    FAILS(tg_gelu_affine(f32(2, SHAPE(3, 4)), (tg_gelu_kind)7, f32(2, SHAPE(5, 4)), NULL));
+}
+static bool gelu_affine_in_mismatch(void)
+{
+    FAILS(tg_gelu_affine(f32(2, SHAPE(3, 4)), TG_GELU_TANH, f32(2, SHAPE(5, 6)), NULL));
+}
+static bool gelu_affine_of_int(void)
+{
+    FAILS(tg_gelu_affine(i64(2, SHAPE(3, 4), 1), TG_GELU_TANH, f32(2, SHAPE(5, 4)), NULL));
+}
 
 /* ---- views and joins ------------------------------------------------------------- */
 
@@ -555,6 +579,15 @@ static const bad_input catalogue[] = {
     E(matmul_of_scalar, TG_ERR_SHAPE, "tg_matmul", "[]"),
     E(matmul_batch_mismatch, TG_ERR_SHAPE, "tg_matmul", "[2,2,3]", "[4,3,5]"),
     E(matmul_of_int, TG_ERR_DTYPE, "tg_matmul", "int64"),
+    E(affine_null_weight, TG_ERR_NULL, "tg_affine", "weight"),
+    E(affine_in_mismatch, TG_ERR_SHAPE, "tg_affine", "[3,4]", "[5,6]"),
+    E(affine_weight_not_2d, TG_ERR_SHAPE, "tg_affine", "[4]"),
+    E(affine_bias_wrong_size, TG_ERR_SHAPE, "tg_affine", "[6]", "5"),
+    E(affine_dtypes_differ, TG_ERR_DTYPE, "tg_affine", "float32", "float64"),
+    E(affine_of_scalar, TG_ERR_SHAPE, "tg_affine", "[]"),
+    E(gelu_affine_unknown_kind, TG_ERR_VALUE, "tg_gelu_affine", "7"),
+    E(gelu_affine_in_mismatch, TG_ERR_SHAPE, "tg_gelu_affine", "[3,4]", "[5,6]"),
+    E(gelu_affine_of_int, TG_ERR_DTYPE, "tg_gelu_affine", "int64"),
     E(transpose_dim_out_of_range, TG_ERR_DIM, "tg_transpose", "2"),
     E(permute_repeated_dim, TG_ERR_DIM, "tg_permute", "0"),
     E(permute_null_perm, TG_ERR_NULL, "tg_permute", "perm"),
