@@ -160,7 +160,10 @@ tg_tensor *tg_cross_entropy(const tg_tensor *logits, const tg_tensor *targets,
         return tg__finish(NULL, TG_OP_CROSS_ENTROPY, cross_entropy_backward, 2,
                           (const tg_tensor *[]){logits, targets}, NULL);
     }
-    float *buf = fast_rows(logits, &g) ? malloc(sizeof(float) * (size_t)(g.classes + 1)) : NULL;
+    /* scratch for one row's exps: on the stack for a usual vocabulary */
+    float small[1024], *buf = NULL;
+    if (fast_rows(logits, &g))
+        buf = g.classes <= 1024 ? small : malloc(sizeof(float) * (size_t)g.classes);
     if (fast_rows(logits, &g) && !buf) {
         tg_release(lse);
         tg_release(out);
@@ -179,7 +182,8 @@ tg_tensor *tg_cross_entropy(const tg_tensor *logits, const tg_tensor *targets,
         total += l - logit_at(logits, &g, r, t);
         count++;
     }
-    free(buf);
+    if (buf != small)
+        free(buf);
     double loss = count ? total / (double)count : NAN; /* all ignored: NaN, as PyTorch */
     if (out->dtype == TG_FLOAT32)
         *(float *)tg__ptr(out) = (float)loss;

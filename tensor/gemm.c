@@ -146,25 +146,28 @@ bool tg__gemm_force_isa(enum tg__gemm_isa isa)
     return true;
 }
 
-static bool thin(int64_t m, int64_t n, int64_t k, double alpha)
+/* Thin and tiny float32 products go to gemm_small.c, with or without BLAS:
+ * its result (0 or -1), or 1 when the product is neither. */
+static int sgemm_small(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                       float *c, int64_t ldc)
 {
-    return m > 0 && m <= TG_GEMM_THIN_M && n > 0 && k > 0 && alpha != 0;
-}
-
-static bool tiny(int64_t m, int64_t n, int64_t k, double alpha)
-{
-    return m > 0 && n > 0 && k > 0 && k <= TG_GEMM_TINY_MAX_K && alpha != 0 &&
-           (double)m * (double)n * (double)k <= TG_GEMM_TINY_WORK;
+    if (m <= 0 || n <= 0 || k <= 0 || alpha == 0)
+        return 1;
+    if (m <= TG_GEMM_THIN_M)
+        return tg__sgemm_thin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (k <= TG_GEMM_TINY_MAX_K && (double)m * (double)n * (double)k <= TG_GEMM_TINY_WORK)
+        return tg__sgemm_tiny(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return 1;
 }
 
 int tg__sgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc)
 {
-    if (thin(m, n, k, alpha))
-        return tg__sgemm_thin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    if (tiny(m, n, k, alpha))
-        return tg__sgemm_tiny(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    int small = sgemm_small(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (small != 1)
+        return small;
     const struct tg__ukr_f32 *u = tg__gemm_ukr_f32(current_isa());
     if (!u || m <= 0 || n <= 0 || k <= 0 || alpha == 0)
         return blocked_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -196,10 +199,9 @@ int tg__sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
               int64_t ldc)
 {
-    if (thin(m, n, k, alpha))
-        return tg__sgemm_thin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    if (tiny(m, n, k, alpha))
-        return tg__sgemm_tiny(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    int small = sgemm_small(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (small != 1)
+        return small;
 #if TG_HAVE_BLAS
     if (blas_fits(m, n, k, lda, ldb, ldc)) {
         cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,

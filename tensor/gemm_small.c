@@ -57,13 +57,13 @@ static inline float lane_sum(const lanes *v)
     return (h4[0] + h4[2]) + (h4[1] + h4[3]);
 }
 
-/* C[0:M, j0:j1] for M rows of x (M x k, contiguous), B stored N x K, JB
+/* C[0:M, j0:j1] for M rows of x (k long, ldx apart), B stored N x K, JB
  * columns at a time. M and JB are constants where this is inlined, so the
  * M * JB accumulators live in registers. The k % 16 tail is added in
  * order after the lanes are summed. */
 static inline __attribute__((always_inline)) void dots_mj(
     const int M, const int JB, int64_t j0, int64_t j1, int64_t k, float alpha, const float *x,
-    const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+    int64_t ldx, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     int64_t k16 = k - k % LANES;
     for (int64_t j = j0; j < j1; j += JB) {
@@ -81,7 +81,7 @@ static inline __attribute__((always_inline)) void dots_mj(
                 load_lanes(&wv[q], w[q] + p);
             for (int i = 0; i < M; i++) {
                 lanes xv;
-                load_lanes(&xv, x + i * k + p);
+                load_lanes(&xv, x + i * ldx + p);
                 for (int q = 0; q < JB; q++)
                     acc[i][q] += xv * wv[q];
             }
@@ -90,37 +90,37 @@ static inline __attribute__((always_inline)) void dots_mj(
             for (int q = 0; q < jb; q++) {
                 float sum = lane_sum(&acc[i][q]);
                 for (int64_t r = k16; r < k; r++)
-                    sum += x[i * k + r] * w[q][r];
+                    sum += x[i * ldx + r] * w[q][r];
                 float *out = c + i * ldc + j + q;
                 *out = beta == 0 ? alpha * sum : alpha * sum + beta * *out;
             }
     }
 }
 
-/* C[0:m, j0:j1] for the rows of x (m x k, contiguous), B stored N x K. */
+/* C[0:m, j0:j1] for the rows of x (k long, ldx apart), B stored N x K. */
 TG_VECTOR_CLONES
 static void dots(int64_t m, int64_t j0, int64_t j1, int64_t k, float alpha, const float *x,
-                 const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+                 int64_t ldx, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     switch (m) {
-    case 1: dots_mj(1, 4, j0, j1, k, alpha, x, b, ldb, beta, c, ldc); break;
-    case 2: dots_mj(2, 2, j0, j1, k, alpha, x, b, ldb, beta, c, ldc); break;
-    case 3: dots_mj(3, 1, j0, j1, k, alpha, x, b, ldb, beta, c, ldc); break;
-    default: dots_mj(4, 1, j0, j1, k, alpha, x, b, ldb, beta, c, ldc); break;
+    case 1: dots_mj(1, 4, j0, j1, k, alpha, x, ldx, b, ldb, beta, c, ldc); break;
+    case 2: dots_mj(2, 2, j0, j1, k, alpha, x, ldx, b, ldb, beta, c, ldc); break;
+    case 3: dots_mj(3, 1, j0, j1, k, alpha, x, ldx, b, ldb, beta, c, ldc); break;
+    default: dots_mj(4, 1, j0, j1, k, alpha, x, ldx, b, ldb, beta, c, ldc); break;
     }
 }
 
 /* C[i, j0:j1] += alpha * sum_p x[i, p] * B[p, j0:j1], B stored K x N. */
 TG_VECTOR_CLONES
 static void axpys(int64_t m, int64_t j0, int64_t j1, int64_t k, float alpha, const float *x,
-                  const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+                  int64_t ldx, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     for (int64_t i = 0; i < m; i++) {
         float *restrict out = c + i * ldc;
         for (int64_t j = j0; j < j1; j++)
             out[j] = beta == 0 ? 0 : beta * out[j];
         for (int64_t p = 0; p < k; p++) {
-            float s = alpha * x[i * k + p];
+            float s = alpha * x[i * ldx + p];
             const float *restrict row = b + p * ldb;
             for (int64_t j = j0; j < j1; j++)
                 out[j] += s * row[j];
@@ -128,30 +128,46 @@ static void axpys(int64_t m, int64_t j0, int64_t j1, int64_t k, float alpha, con
     }
 }
 
+/* Columns [ch * COLS_PER_CHUNK, ...) of C; x holds op(A)'s rows ldx apart. */
+static void thin_chunk(int64_t ch, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float *x, int64_t ldx, const float *b, int64_t ldb, float beta,
+                       float *c, int64_t ldc)
+{
+    int64_t j0 = ch * COLS_PER_CHUNK, j1 = j0 + COLS_PER_CHUNK < n ? j0 + COLS_PER_CHUNK : n;
+    if (trans_b)
+        dots(m, j0, j1, k, alpha, x, ldx, b, ldb, beta, c, ldc);
+    else
+        axpys(m, j0, j1, k, alpha, x, ldx, b, ldb, beta, c, ldc);
+}
+
 int tg__sgemm_thin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                    float *c, int64_t ldc)
 {
-    /* op(A) copied to m contiguous rows: a transposed A is read once. */
-    float *x = malloc(sizeof(float) * (size_t)(m * k));
-    if (!x)
-        return -1;
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t p = 0; p < k; p++)
-            x[i * k + p] = trans_a ? a[p * lda + i] : a[i * lda + p];
-    int64_t chunks = (n + COLS_PER_CHUNK - 1) / COLS_PER_CHUNK;
-    bool parallel = (double)m * (double)n * (double)k >= THIN_PARALLEL_MIN && chunks > 1 &&
-                    !IN_PARALLEL();
-    (void)parallel;
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t ch = 0; ch < chunks; ch++) {
-        int64_t j0 = ch * COLS_PER_CHUNK, j1 = j0 + COLS_PER_CHUNK < n ? j0 + COLS_PER_CHUNK : n;
-        if (trans_b)
-            dots(m, j0, j1, k, alpha, x, b, ldb, beta, c, ldc);
-        else
-            axpys(m, j0, j1, k, alpha, x, b, ldb, beta, c, ldc);
+    /* A's rows are read in place; a transposed A is first copied to m
+     * contiguous rows, so that it too is read along rows. */
+    float *copy = NULL;
+    const float *x = a;
+    int64_t ldx = lda;
+    if (trans_a) {
+        if (!(copy = malloc(sizeof(float) * (size_t)(m * k))))
+            return -1;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t p = 0; p < k; p++)
+                copy[i * k + p] = a[p * lda + i];
+        x = copy, ldx = k;
     }
-    free(x);
+    int64_t chunks = (n + COLS_PER_CHUNK - 1) / COLS_PER_CHUNK;
+    /* a C branch, not an if() clause: a team of one still costs system calls */
+    if ((double)m * (double)n * (double)k >= THIN_PARALLEL_MIN && chunks > 1 && !IN_PARALLEL()) {
+#pragma omp parallel for schedule(static)
+        for (int64_t ch = 0; ch < chunks; ch++)
+            thin_chunk(ch, trans_b, m, n, k, alpha, x, ldx, b, ldb, beta, c, ldc);
+    } else {
+        for (int64_t ch = 0; ch < chunks; ch++)
+            thin_chunk(ch, trans_b, m, n, k, alpha, x, ldx, b, ldb, beta, c, ldc);
+    }
+    free(copy);
     return 0;
 }
 
