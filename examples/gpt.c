@@ -32,7 +32,7 @@ typedef struct {
 } shape;
 
 /* small and medium are the gpt-small and gpt-medium shapes of BENCHMARKS.md;
- * task is sized to learn addition in about two minutes on two cores; tiny
+ * task is sized to learn addition in under a minute on two cores; tiny
  * is for quick checks. */
 static const shape shapes[] = {
     {"task", 16, 2, 4, 128},
