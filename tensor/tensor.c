@@ -41,6 +41,7 @@ bool tg__take_nomem(void)
 
 #define CACHE_CLASSES 420
 #define CACHE_LIMIT ((size_t)1 << 30) /* bytes kept at most */
+#define BORROW_CLASSES 8           /* classes above a request's own it may take */
 
 /* The caches below are held for a few instructions and rarely contended:
  * a spin lock costs half what a mutex does on the path every op takes. */
@@ -100,7 +101,12 @@ static int size_class(size_t n, size_t *capacity)
 #define UNDER_CHECKER() false
 #endif
 
-/* A cached storage of nbytes' class, or NULL. */
+/* A cached storage of nbytes' class or, failing that, of one of the next
+ * classes up to twice the size, or NULL. Borrowing a larger buffer is what
+ * lets a size needed at one point of a step reuse a size freed at another:
+ * a training step's parameter gradients (released by zero_grad) and its
+ * activations take turns in the same buffers instead of each keeping its
+ * own. A borrowed buffer goes back to its own class when freed. */
 static tg_storage *cache_take(size_t nbytes)
 {
     size_t capacity;
@@ -108,10 +114,14 @@ static tg_storage *cache_take(size_t nbytes)
     if (c >= CACHE_CLASSES)
         return NULL;
     cache_lock();
-    tg_storage *s = cache_bins[c];
-    if (s) {
-        cache_bins[c] = s->next_free;
-        cache_bytes -= s->capacity;
+    tg_storage *s = NULL;
+    int last = c + BORROW_CLASSES < CACHE_CLASSES ? c + BORROW_CLASSES : CACHE_CLASSES - 1;
+    for (int b = c; b <= last && !s; b++) {
+        s = cache_bins[b];
+        if (s) {
+            cache_bins[b] = s->next_free;
+            cache_bytes -= s->capacity;
+        }
     }
     cache_unlock();
     if (s)

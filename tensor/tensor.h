@@ -88,7 +88,8 @@ typedef void *(*tg_alloc_fn)(size_t size, void *user);
 typedef void (*tg_free_fn)(void *ptr, void *user);
 void tg_set_allocator(tg_alloc_fn alloc, tg_free_fn free, void *user);
 /* Storage that malloc made is not freed when its last tensor goes: it waits
- * (up to 1 GiB in all) to serve a later tensor of about the same size, so
+ * (up to 1 GiB in all) to serve a later tensor of about the same size, or
+ * of up to half its size when none of the request's own size waits, so
  * that a training step that repeats allocates nothing once warmed up. A hook
  * set with tg_set_allocator bypasses this cache. This frees what it holds
  * (it also empties itself when malloc fails). Thread-safe. */
