@@ -141,6 +141,13 @@ tg_tensor *tg_affine(const tg_tensor *x, const tg_tensor *weight, const tg_tenso
  * held once instead of twice. */
 tg_tensor *tg_gelu_affine(const tg_tensor *h, tg_gelu_kind kind, const tg_tensor *weight,
                           const tg_tensor *bias);
+/* tg_affine(tg_layer_norm(x, 1, ln_weight, ln_bias, eps), weight, bias) as
+ * one op that keeps only x for backward and normalises it again there: a
+ * pre-norm block's normalised input is not held beside its residual stream.
+ * ln_weight, ln_bias and bias may be NULL. */
+tg_tensor *tg_layer_norm_affine(const tg_tensor *x, const tg_tensor *ln_weight,
+                                const tg_tensor *ln_bias, double eps, const tg_tensor *weight,
+                                const tg_tensor *bias);
 
 /* ---- views and joins (autograd/op_shape.c) ----------------------------------- */
 /* Views share x's storage; their gradient lands in the matching elements of x. */

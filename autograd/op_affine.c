@@ -1,5 +1,6 @@
 /* tg_affine: y = x @ weight^T + bias as one op (torch.nn.functional.linear);
- * tg_gelu_affine: the same of GELU(h), keeping h alone for backward.
+ * tg_gelu_affine: the same of GELU(h), keeping h alone for backward;
+ * tg_layer_norm_affine: the same of layer_norm(x), keeping x alone.
  * The output rows start as copies of the bias and the GEMM adds the product
  * onto them, so there is no separate bias pass and no product kept apart
  * from the output. Backward: dx = dy @ weight, dweight = dy^T @ x (summed
@@ -7,6 +8,7 @@
 #include "gemm.h"
 #include "graph.h"
 #include "kernels.h"
+#include "layer_norm.h"
 
 #include <string.h>
 
@@ -36,30 +38,33 @@ static int check_args(const char *fn, const tg_tensor *x, const tg_tensor *w,
 }
 
 /* The gradients of y = xv @ w^T + b given gy, with xv the values the product
- * read (x itself, or GELU of it). dxv [..., in] when want_dxv, into *dxv
- * (owned by the caller); dw and db into grads[1] and grads[2] as the node
- * needs them. 0, or -1 when out of memory. */
-static int product_grads(tg_node *n, const tg_tensor *gy, const tg_tensor *xv, bool want_dxv,
-                         tg_tensor **dxv, tg_tensor **grads)
+ * read (x itself, or a function of it), w = inputs[wi] and b = inputs[wi+1].
+ * dxv [..., in] when want_dxv, into *dxv (owned by the caller); dw and db
+ * into grads[wi] and grads[wi+1] as the node needs them. 0, or -1 when out
+ * of memory. */
+static int product_grads(tg_node *n, int wi, const tg_tensor *gy, const tg_tensor *xv,
+                         bool want_dxv, tg_tensor **dxv, tg_tensor **grads)
 {
-    const tg_tensor *w = n->inputs[1];
+    const tg_tensor *w = n->inputs[wi];
+    const bool *needs = n->needs + wi;
+    grads += wi;
     int64_t out = w->shape[0], in = w->shape[1], rows = tg__numel(xv->ndim - 1, xv->shape);
     tg_tensor *gc = tg__contiguous(gy), *wc = want_dxv ? tg__contiguous(w) : NULL;
     tg_tensor *dx = want_dxv ? tg__empty_uninit_like(xv) : NULL; /* all written */
-    tg_tensor *dw = n->needs[1] ? tg__empty_uninit_like(w) : NULL;
-    int rc = gc && (!want_dxv || (wc && dx)) && (!n->needs[1] || dw) ? 0 : -1;
+    tg_tensor *dw = needs[0] ? tg__empty_uninit_like(w) : NULL;
+    int rc = gc && (!want_dxv || (wc && dx)) && (!needs[0] || dw) ? 0 : -1;
     if (rc == 0 && dx && tg__gemm(xv->dtype, false, false, false, rows, in, out, 1.0,
                                   tg__ptr(gc), out, tg__ptr(wc), in, 0.0, tg__ptr(dx), in) < 0)
         rc = -1;
     if (rc == 0 && dw && tg__gemm(xv->dtype, false, true, false, out, in, rows, 1.0,
                                   tg__ptr(gc), out, tg__ptr(xv), in, 0.0, tg__ptr(dw), in) < 0)
         rc = -1;
-    if (rc == 0 && n->needs[2]) { /* dbias: dy summed over every leading dim */
+    if (rc == 0 && needs[1]) { /* dbias: dy summed over every leading dim */
         int dims[TG_MAX_DIMS];
         for (int d = 0; d < gy->ndim - 1; d++)
             dims[d] = d;
-        grads[2] = gy->ndim > 1 ? tg_sum(gc, dims, gy->ndim - 1, false) : tg__ret(tg_retain(gc));
-        rc = grads[2] ? 0 : -1;
+        grads[1] = gy->ndim > 1 ? tg_sum(gc, dims, gy->ndim - 1, false) : tg__ret(tg_retain(gc));
+        rc = grads[1] ? 0 : -1;
     }
     tg_release(gc);
     tg_release(wc);
@@ -69,7 +74,7 @@ static int product_grads(tg_node *n, const tg_tensor *gy, const tg_tensor *xv, b
         return -1;
     }
     *dxv = dx;
-    grads[1] = dw ? tg__ret(dw) : NULL;
+    grads[0] = dw ? tg__ret(dw) : NULL;
     return 0;
 }
 
@@ -77,7 +82,7 @@ static int product_grads(tg_node *n, const tg_tensor *gy, const tg_tensor *xv, b
 static int affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 {
     tg_tensor *xc = tg__contiguous(n->inputs[0]), *dx = NULL;
-    int rc = xc ? product_grads(n, g, xc, n->needs[0], &dx, grads) : -1;
+    int rc = xc ? product_grads(n, 1, g, xc, n->needs[0], &dx, grads) : -1;
     tg_release(xc);
     grads[0] = dx ? tg__ret(dx) : NULL;
     return rc;
@@ -137,7 +142,7 @@ static int gelu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grad
 {
     tg_tensor *hc = tg__contiguous(n->inputs[0]);
     tg_tensor *a = hc ? tg__unary(hc, gelu_of(n->iargs[0]), 0) : NULL, *da = NULL;
-    int rc = a ? product_grads(n, g, a, n->needs[0], &da, grads) : -1;
+    int rc = a ? product_grads(n, 1, g, a, n->needs[0], &da, grads) : -1;
     if (rc == 0 && da) { /* dh = da * GELU'(h) */
         tg__binary_kind k = n->iargs[0] == TG_GELU_TANH ? TG_BIN_GELU_TANH_GRAD
                                                           : TG_BIN_GELU_ERF_GRAD;
@@ -170,4 +175,77 @@ tg_tensor *tg_gelu_affine(const tg_tensor *h, tg_gelu_kind kind, const tg_tensor
     if (node)
         node->iargs[0] = kind;
     return y;
+}
+
+/* ---- the affine map of a layer norm --------------------------------------- */
+
+/* layer_norm(x) over the last dim with its rows' mean and rstd ([rows]
+ * float64, the values the norm's gradients need): y[0..2] are new
+ * references, all NULL when out of memory. */
+static int normalise(const tg_tensor *xc, const tg_tensor *lw, const tg_tensor *lb, double eps,
+                     tg_tensor *y[3])
+{
+    int64_t d = xc->shape[xc->ndim - 1], rows = tg__numel(xc->ndim - 1, xc->shape);
+    tg_tensor *lwc = lw ? tg__contiguous(lw) : NULL, *lbc = lb ? tg__contiguous(lb) : NULL;
+    y[0] = tg__empty_uninit_like(xc); /* all written */
+    y[1] = tg__empty(TG_FLOAT64, 1, (int64_t[]){rows});
+    y[2] = tg__empty(TG_FLOAT64, 1, (int64_t[]){rows});
+    bool ok = (!lw || lwc) && (!lb || lbc) && y[0] && y[1] && y[2];
+    if (ok && d > 0)
+        tg__layer_norm_rows(tg__ptr(y[0]), tg__ptr(y[1]), tg__ptr(y[2]), tg__ptr(xc),
+                            lwc ? tg__ptr(lwc) : NULL, lbc ? tg__ptr(lbc) : NULL, rows, d, eps,
+                            xc->dtype);
+    tg_release(lwc);
+    tg_release(lbc);
+    if (ok)
+        return 0;
+    for (int i = 0; i < 3; i++) {
+        tg_release(y[i]);
+        y[i] = NULL;
+    }
+    return -1;
+}
+
+/* saved: none; args[0]: eps. inputs: x, ln weight, ln bias, weight, bias.
+ * The normalised x is computed again from x, as in the forward. */
+static int layer_norm_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
+{
+    const tg_tensor *lw = n->inputs[1], *lb = n->inputs[2];
+    bool need_dy = n->needs[0] || n->needs[1] || n->needs[2];
+    tg_tensor *xc = tg__contiguous(n->inputs[0]), *y[3] = {NULL, NULL, NULL}, *dy = NULL;
+    int rc = xc ? normalise(xc, lw, lb, n->args[0], y) : -1;
+    if (rc == 0)
+        rc = product_grads(n, 3, g, y[0], need_dy, &dy, grads);
+    tg_release(y[0]); /* before the norm's gradients, which need one buffer of x's size */
+    if (rc == 0 && dy)
+        rc = tg__layer_norm_grads(dy, xc, 1, lw, lb, y[1], y[2], n->needs, grads);
+    tg_release(dy);
+    tg_release(y[1]);
+    tg_release(y[2]);
+    tg_release(xc);
+    return rc;
+}
+
+tg_tensor *tg_layer_norm_affine(const tg_tensor *x, const tg_tensor *ln_weight,
+                                const tg_tensor *ln_bias, double eps, const tg_tensor *weight,
+                                const tg_tensor *bias)
+{
+    static const char fn[] = "tg_layer_norm_affine";
+    TG_CHECK_NULL(x);
+    TG_CHECK_NULL(weight);
+    if (check_args(fn, x, weight, bias) < 0 ||
+        tg__layer_norm_check(fn, x, 1, ln_weight, ln_bias, eps) < 0)
+        return NULL;
+    tg_tensor *xc = tg__contiguous(x), *y[3] = {NULL, NULL, NULL};
+    tg_tensor *out = xc && normalise(xc, ln_weight, ln_bias, eps, y) == 0
+                         ? product(y[0], weight, bias) : NULL;
+    for (int i = 0; i < 3; i++)
+        tg_release(y[i]); /* the normalised x is gone after the product: the op's point */
+    tg_release(xc);
+    tg_node *node;
+    out = tg__finish(out, TG_OP_LAYER_NORM_AFFINE, layer_norm_affine_backward, 5,
+                     (const tg_tensor *[]){x, ln_weight, ln_bias, weight, bias}, &node);
+    if (node)
+        node->args[0] = eps;
+    return out;
 }

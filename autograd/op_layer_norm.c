@@ -3,6 +3,7 @@
  * the fused backward that reuses them instead of a chain of small ops. */
 #include "fastmath.h"
 #include "graph.h"
+#include "layer_norm.h"
 
 #include <string.h>
 
@@ -22,44 +23,44 @@ static inline void st(void *p, tg_dtype dt, int64_t i, double v)
 
 /* weight or bias (named what) must be NULL or x's dtype with the shape of the
  * trailing norm_ndim dims of x. */
-static int check_affine(const tg_tensor *x, int norm_ndim, const tg_tensor *p,
+static int check_affine(const char *fn, const tg_tensor *x, int norm_ndim, const tg_tensor *p,
                         const char *what)
 {
     if (!p)
         return 0;
-    if (tg__check_float("tg_layer_norm", p) < 0)
+    if (tg__check_float(fn, p) < 0)
         return -1;
     if (p->dtype != x->dtype) {
-        tg__fail(TG_ERR_DTYPE, "tg_layer_norm: %s is %s but x is %s", what,
+        tg__fail(TG_ERR_DTYPE, "%s: %s is %s but x is %s", fn, what,
                  tg_dtype_name(p->dtype), tg_dtype_name(x->dtype));
         return -1;
     }
     const int64_t *tail = x->shape + (x->ndim - norm_ndim);
     if (p->ndim != norm_ndim || memcmp(p->shape, tail, (size_t)norm_ndim * sizeof *tail)) {
-        tg__fail(TG_ERR_SHAPE, "tg_layer_norm: %s has shape %s but the normalised dims of "
-                               "x %s are %s", what, TG_SHAPE_STR(p), TG_SHAPE_STR(x),
+        tg__fail(TG_ERR_SHAPE, "%s: %s has shape %s but the normalised dims of "
+                               "x %s are %s", fn, what, TG_SHAPE_STR(p), TG_SHAPE_STR(x),
                  tg__shape_str((char[96]){0}, 96, norm_ndim, tail));
         return -1;
     }
     return 0;
 }
 
-static int check_args(const tg_tensor *x, int norm_ndim, const tg_tensor *weight,
-                      const tg_tensor *bias, double eps)
+int tg__layer_norm_check(const char *fn, const tg_tensor *x, int norm_ndim,
+                         const tg_tensor *weight, const tg_tensor *bias, double eps)
 {
-    if (tg__check_float("tg_layer_norm", x) < 0)
+    if (tg__check_float(fn, x) < 0)
         return -1;
     if (norm_ndim < 1 || norm_ndim > x->ndim) {
-        tg__fail(TG_ERR_DIM, "tg_layer_norm: norm_ndim %d is out of range for x %s "
-                             "(expected 1 to %d)", norm_ndim, TG_SHAPE_STR(x), x->ndim);
+        tg__fail(TG_ERR_DIM, "%s: norm_ndim %d is out of range for x %s "
+                             "(expected 1 to %d)", fn, norm_ndim, TG_SHAPE_STR(x), x->ndim);
         return -1;
     }
     if (!(eps > 0) || !isfinite(eps)) {
-        tg__fail(TG_ERR_VALUE, "tg_layer_norm: eps must be positive and finite, got %g", eps);
+        tg__fail(TG_ERR_VALUE, "%s: eps must be positive and finite, got %g", fn, eps);
         return -1;
     }
-    if (check_affine(x, norm_ndim, weight, "weight") < 0 ||
-        check_affine(x, norm_ndim, bias, "bias") < 0)
+    if (check_affine(fn, x, norm_ndim, weight, "weight") < 0 ||
+        check_affine(fn, x, norm_ndim, bias, "bias") < 0)
         return -1;
     return 0;
 }
@@ -140,9 +141,8 @@ static void forward_any(void *out, double *mean, double *rstd, const void *x, co
         forward_row(out, mean, rstd, x, w, b, r, d, eps, dt);
 }
 
-static void layer_norm_forward(void *out, double *mean, double *rstd, const void *x,
-                               const void *w, const void *b, int64_t rows, int64_t d,
-                               double eps, tg_dtype dt)
+void tg__layer_norm_rows(void *out, double *mean, double *rstd, const void *x, const void *w,
+                         const void *b, int64_t rows, int64_t d, double eps, tg_dtype dt)
 {
     if (rows > 1 && rows * d > TG_PAR_MIN) {
 #pragma omp parallel for schedule(static)
@@ -276,22 +276,23 @@ static tg_tensor *scratch(bool needed, int64_t d)
     return needed ? tg__empty(TG_FLOAT64, 1, (int64_t[]){d}) : NULL;
 }
 
-static int layer_norm_grads(tg_node *n, const tg_tensor *g, tg_tensor **grads)
+int tg__layer_norm_grads(const tg_tensor *g, const tg_tensor *x, int norm_ndim,
+                         const tg_tensor *w, const tg_tensor *b, const tg_tensor *mean,
+                         const tg_tensor *rstd, const bool *needs, tg_tensor **grads)
 {
-    const tg_tensor *x = n->inputs[0], *w = n->inputs[1], *b = n->inputs[2];
     int64_t rows, d;
-    row_geometry(x, (int)n->iargs[0], &rows, &d);
+    row_geometry(x, norm_ndim, &rows, &d);
     tg_tensor *gc = tg__contiguous(g), *xc = tg__contiguous(x);
     tg_tensor *wc = w ? tg__contiguous(w) : NULL;
-    tg_tensor *dx = n->needs[0] ? tg__empty_uninit_like(x) : NULL; /* all written */
-    tg_tensor *dw = scratch(n->needs[1], d), *db = scratch(n->needs[2], d);
+    tg_tensor *dx = needs[0] ? tg__empty_uninit_like(x) : NULL; /* all written */
+    tg_tensor *dw = scratch(needs[1], d), *db = scratch(needs[2], d);
     int rc = -1;
-    if (gc && xc && (!w || wc) && (!n->needs[0] || dx) && (!n->needs[1] || dw) &&
-        (!n->needs[2] || db)) {
+    if (gc && xc && (!w || wc) && (!needs[0] || dx) && (!needs[1] || dw) &&
+        (!needs[2] || db)) {
         layer_norm_backward(dx ? tg__ptr(dx) : NULL, dw ? tg__ptr(dw) : NULL,
                             db ? tg__ptr(db) : NULL, tg__ptr(gc), tg__ptr(xc),
-                            wc ? tg__ptr(wc) : NULL, tg__ptr(n->saved[0]),
-                            tg__ptr(n->saved[1]), rows, d, x->dtype);
+                            wc ? tg__ptr(wc) : NULL, tg__ptr(mean), tg__ptr(rstd), rows, d,
+                            x->dtype);
         rc = 0;
         grads[0] = dx ? tg__ret(tg_retain(dx)) : NULL;
         /* the float64 sums, in the parameter's own dtype and shape */
@@ -309,11 +310,18 @@ static int layer_norm_grads(tg_node *n, const tg_tensor *g, tg_tensor **grads)
     return rc;
 }
 
+/* saved: the rows' mean and 1/std (float64); iargs[0]: norm_ndim. */
+static int layer_norm_grads(tg_node *n, const tg_tensor *g, tg_tensor **grads)
+{
+    return tg__layer_norm_grads(g, n->inputs[0], (int)n->iargs[0], n->inputs[1], n->inputs[2],
+                                n->saved[0], n->saved[1], n->needs, grads);
+}
+
 tg_tensor *tg_layer_norm(const tg_tensor *x, int norm_ndim, const tg_tensor *weight,
                          const tg_tensor *bias, double eps)
 {
     TG_CHECK_NULL(x);
-    if (check_args(x, norm_ndim, weight, bias, eps) < 0)
+    if (tg__layer_norm_check("tg_layer_norm", x, norm_ndim, weight, bias, eps) < 0)
         return NULL;
     int64_t rows, d;
     row_geometry(x, norm_ndim, &rows, &d);
@@ -325,9 +333,9 @@ tg_tensor *tg_layer_norm(const tg_tensor *x, int norm_ndim, const tg_tensor *wei
     tg_tensor *rstd = tg__empty(TG_FLOAT64, 1, (int64_t[]){rows});
     bool ok = xc && (!weight || wc) && (!bias || bc) && out && mean && rstd;
     if (ok && d > 0)
-        layer_norm_forward(tg__ptr(out), tg__ptr(mean), tg__ptr(rstd), tg__ptr(xc),
-                           wc ? tg__ptr(wc) : NULL, bc ? tg__ptr(bc) : NULL, rows, d, eps,
-                           x->dtype);
+        tg__layer_norm_rows(tg__ptr(out), tg__ptr(mean), tg__ptr(rstd), tg__ptr(xc),
+                            wc ? tg__ptr(wc) : NULL, bc ? tg__ptr(bc) : NULL, rows, d, eps,
+                            x->dtype);
     tg_release(xc);
     tg_release(wc);
     tg_release(bc);

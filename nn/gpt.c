@@ -310,16 +310,24 @@ static int cache_write(kv_cache *c, const tg_tensor *k, const tg_tensor *v, int6
     return 0;
 }
 
-/* Causal self-attention: x [B, T, d] -> [B, T, d]. With a cache (B = 1,
- * generation) the new keys and values go in at positions pos0.. and the
- * queries attend over all pos0 + T cached positions; T > 1 only with
+/* lin(ln(x)) as one op, which keeps x alone for backward: the normalised x
+ * is made again there instead of held beside the residual stream. */
+static tg_tensor *norm_linear(const tg_layer_norm_module *ln, const tg_linear *lin,
+                              const tg_tensor *x)
+{
+    return tg_layer_norm_affine(x, ln->weight, ln->bias, ln->eps, lin->weight, lin->bias);
+}
+
+/* Causal self-attention of ln_1(x): x [B, T, d] -> [B, T, d]. With a cache
+ * (B = 1, generation) the new keys and values go in at positions pos0.. and
+ * the queries attend over all pos0 + T cached positions; T > 1 only with
  * pos0 = 0, so is_causal's mask (key j > query i) is the right one. */
 static tg_tensor *attention(const tg_gpt *m, const gpt_block *b, const tg_tensor *x,
                             kv_cache *cache, int64_t pos0, double p)
 {
     int64_t B = x->shape[0], T = x->shape[1], d = m->config.n_embd, H = m->config.n_head;
     int64_t Dh = d / H;
-    tg_tensor *qkv = tg_linear_forward(b->c_attn, x); /* [B, T, 3d] */
+    tg_tensor *qkv = norm_linear(b->ln_1, b->c_attn, x); /* [B, T, 3d] */
     tg_tensor *q = split_heads(tg_narrow(qkv, 2, 0, d), B, T, H, Dh);
     tg_tensor *k = split_heads(tg_narrow(qkv, 2, d, d), B, T, H, Dh);
     tg_tensor *v = split_heads(tg_narrow(qkv, 2, 2 * d, d), B, T, H, Dh);
@@ -339,9 +347,8 @@ static tg_tensor *attention(const tg_gpt *m, const gpt_block *b, const tg_tensor
 static tg_tensor *block_forward(const tg_gpt *m, const gpt_block *b, tg_tensor *x,
                                 kv_cache *cache, int64_t pos0, double p)
 {
-    tg_tensor *a = tg_layer_norm_forward(b->ln_1, x);
-    x = tg_add(x, a ? attention(m, b, a, cache, pos0, p) : NULL);
-    tg_tensor *h = tg_linear_forward(b->c_fc, tg_layer_norm_forward(b->ln_2, x)); /* [B, T, 4d] */
+    x = tg_add(x, attention(m, b, x, cache, pos0, p));
+    tg_tensor *h = x ? norm_linear(b->ln_2, b->c_fc, x) : NULL; /* [B, T, 4d] */
     /* mlp_proj(gelu(h)) as one op: GELU(h), the widest activation, is not kept */
     tg_tensor *y = h ? tg_gelu_affine(h, TG_GELU_TANH, b->mlp_proj->weight, b->mlp_proj->bias)
                      : NULL;

@@ -1,8 +1,9 @@
 /* Gradient-check cases for tg_matmul: every 1-D / 2-D / batched pairing,
  * broadcast batch dims, and operands that are transposed, sliced or
  * expanded views (read in place or copied by the forward); tg_affine with
- * and without a bias, on 1-D, 2-D, 3-D and transposed inputs; and
- * tg_gelu_affine with either GELU. */
+ * and without a bias, on 1-D, 2-D, 3-D and transposed inputs;
+ * tg_gelu_affine with either GELU; and tg_layer_norm_affine with and
+ * without its four parameters. */
 #include "cases.h"
 
 static int two_inputs(tg_tensor **in, tg_rng *rng, int na, const int64_t *sa, int nb,
@@ -123,6 +124,43 @@ static tg_tensor *f_gelu_affine_erf_no_bias(tg_tensor *const *x, int n, void *c)
     return tg_sum(tg_mul(y, y), NULL, 0, false);
 }
 
+/* x, norm weight [4], norm bias [4], weight [5, 4], bias [5]. */
+static int ln_affine_inputs(tg_tensor **in, tg_rng *rng, int nx, const int64_t *sx)
+{
+    in[0] = gc_randn(rng, nx, sx);
+    in[1] = gc_randn(rng, 1, (const int64_t[]){4});
+    in[2] = gc_randn(rng, 1, (const int64_t[]){4});
+    in[3] = gc_randn(rng, 2, (const int64_t[]){5, 4});
+    in[4] = gc_randn(rng, 1, (const int64_t[]){5});
+    return 5;
+}
+static int ln_affine_batch(tg_tensor **in, tg_rng *rng)
+{
+    return ln_affine_inputs(in, rng, 3, (const int64_t[]){2, 3, 4});
+}
+/* x stored [4, 3], read transposed as [3, 4]. */
+static int ln_affine_stored_t(tg_tensor **in, tg_rng *rng)
+{
+    return ln_affine_inputs(in, rng, 2, (const int64_t[]){4, 3});
+}
+
+#define LN_EPS 1e-5
+
+static tg_tensor *f_ln_affine(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    tg_tensor *y = tg_layer_norm_affine(x[0], x[1], x[2], LN_EPS, x[3], x[4]);
+    return tg_sum(tg_mul(y, y), NULL, 0, false);
+}
+
+/* Without the norm's parameters or the bias: those inputs get no gradient. */
+static tg_tensor *f_ln_affine_bare(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    tg_tensor *y = tg_layer_norm_affine(tg_transpose(x[0], 0, 1), NULL, NULL, LN_EPS, x[3], NULL);
+    return tg_sum(tg_mul(y, tg_tanh(y)), NULL, 0, false);
+}
+
 const gc_case cases_matmul[] = {
     {"matmul_2d", f_matmul, mat_mat, 0, 0},
     {"matmul_vec_mat", f_matmul, vec_mat, 0, 0},
@@ -144,5 +182,7 @@ const gc_case cases_matmul[] = {
     {"affine_transposed_input", f_affine_transposed, affine_stored_t, 0, 0},
     {"gelu_affine_tanh_batch", f_gelu_affine_tanh, affine_batch, 0, 0},
     {"gelu_affine_erf_transposed_no_bias", f_gelu_affine_erf_no_bias, affine_stored_t, 0, 0},
+    {"layer_norm_affine_batch", f_ln_affine, ln_affine_batch, 0, 0},
+    {"layer_norm_affine_transposed_bare", f_ln_affine_bare, ln_affine_stored_t, 0, 0},
 };
 const int n_cases_matmul = sizeof cases_matmul / sizeof cases_matmul[0];

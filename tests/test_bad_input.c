@@ -117,6 +117,43 @@ static bool gelu_affine_of_int(void)
 {
     FAILS(tg_gelu_affine(i64(2, SHAPE(3, 4), 1), TG_GELU_TANH, f32(2, SHAPE(5, 4)), NULL));
 }
+static bool ln_affine_null_weight(void)
+{
+    FAILS(tg_layer_norm_affine(f32(2, SHAPE(3, 4)), NULL, NULL, 1e-5, NULL, NULL));
+}
+static bool ln_affine_in_mismatch(void)
+{
+    FAILS(tg_layer_norm_affine(f32(2, SHAPE(3, 4)), NULL, NULL, 1e-5, f32(2, SHAPE(5, 6)), NULL));
+}
+static bool ln_affine_norm_weight_wrong_size(void)
+{
+    FAILS(tg_layer_norm_affine(f32(2, SHAPE(3, 4)), f32(1, SHAPE(3)), NULL, 1e-5,
+                               f32(2, SHAPE(5, 4)), NULL));
+}
+static bool ln_affine_norm_bias_dtype(void)
+{
+    FAILS(tg_layer_norm_affine(f32(2, SHAPE(3, 4)), NULL, tg_ones(TG_FLOAT64, 1, SHAPE(4)), 1e-5,
+                               f32(2, SHAPE(5, 4)), NULL));
+}
+static bool ln_affine_eps_zero(void)
+{
+    FAILS(tg_layer_norm_affine(f32(2, SHAPE(3, 4)), NULL, NULL, 0, f32(2, SHAPE(5, 4)), NULL));
+}
+static bool ln_affine_bias_wrong_size(void)
+{
+    FAILS(tg_layer_norm_affine(f32(2, SHAPE(3, 4)), NULL, NULL, 1e-5, f32(2, SHAPE(5, 4)),
+                               f32(1, SHAPE(4))));
+}
+static bool ln_affine_of_scalar(void)
+{
+    FAILS(tg_layer_norm_affine(tg_scalar(TG_FLOAT32, 2), NULL, NULL, 1e-5, f32(2, SHAPE(5, 4)),
+                               NULL));
+}
+static bool ln_affine_of_int(void)
+{
+    FAILS(tg_layer_norm_affine(i64(2, SHAPE(3, 4), 1), NULL, NULL, 1e-5, f32(2, SHAPE(5, 4)),
+                               NULL));
+}
 
 /* ---- views and joins ------------------------------------------------------------- */
 
@@ -588,6 +625,15 @@ static const bad_input catalogue[] = {
     E(gelu_affine_unknown_kind, TG_ERR_VALUE, "tg_gelu_affine", "7"),
     E(gelu_affine_in_mismatch, TG_ERR_SHAPE, "tg_gelu_affine", "[3,4]", "[5,6]"),
     E(gelu_affine_of_int, TG_ERR_DTYPE, "tg_gelu_affine", "int64"),
+    E(ln_affine_null_weight, TG_ERR_NULL, "tg_layer_norm_affine", "weight"),
+    E(ln_affine_in_mismatch, TG_ERR_SHAPE, "tg_layer_norm_affine", "[3,4]", "[5,6]"),
+    E(ln_affine_norm_weight_wrong_size, TG_ERR_SHAPE, "tg_layer_norm_affine", "weight", "[3]",
+      "[4]"),
+    E(ln_affine_norm_bias_dtype, TG_ERR_DTYPE, "tg_layer_norm_affine", "bias", "float64"),
+    E(ln_affine_eps_zero, TG_ERR_VALUE, "tg_layer_norm_affine", "eps"),
+    E(ln_affine_bias_wrong_size, TG_ERR_SHAPE, "tg_layer_norm_affine", "[4]", "5"),
+    E(ln_affine_of_scalar, TG_ERR_SHAPE, "tg_layer_norm_affine", "[]"),
+    E(ln_affine_of_int, TG_ERR_DTYPE, "tg_layer_norm_affine", "int64"),
     E(transpose_dim_out_of_range, TG_ERR_DIM, "tg_transpose", "2"),
     E(permute_repeated_dim, TG_ERR_DIM, "tg_permute", "0"),
     E(permute_null_perm, TG_ERR_NULL, "tg_permute", "perm"),

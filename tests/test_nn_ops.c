@@ -154,6 +154,50 @@ START_TEST(layer_norm_gradients_match_the_closed_form)
 }
 END_TEST
 
+/* a holds b's values within tol (relative to 1 + |b|). */
+static void assert_same(const tg_tensor *a, const tg_tensor *b, double tol)
+{
+    ck_assert_ptr_nonnull(b);
+    double *want = values_of(b);
+    assert_values(a, want, tg_numel(b), tol);
+    free(want);
+}
+
+/* tg_layer_norm_affine against tg_affine(tg_layer_norm(...)) in float32 at
+ * a GPT-like shape: the same output and the same five gradients. */
+START_TEST(layer_norm_affine_matches_the_two_ops_it_fuses)
+{
+    tg_rng *rng = tg_rng_new(7);
+    tg_tensor *in[2][5];
+    const int64_t *shapes[5] = {SHAPE(3, 17, 40), SHAPE(40), SHAPE(40), SHAPE(24, 40), SHAPE(24)};
+    const int ndims[5] = {3, 1, 1, 2, 1};
+    for (int i = 0; i < 5; i++) {
+        in[0][i] = tg_randn(rng, TG_FLOAT32, ndims[i], shapes[i]);
+        in[1][i] = tg_to_dtype(in[0][i], TG_FLOAT32); /* a copy */
+        tg_set_requires_grad(in[0][i], true);
+        tg_set_requires_grad(in[1][i], true);
+    }
+    tg_scope_begin();
+    tg_tensor *fused = tg_layer_norm_affine(in[0][0], in[0][1], in[0][2], LN_EPS, in[0][3],
+                                            in[0][4]);
+    tg_tensor *split = tg_affine(tg_layer_norm(in[1][0], 1, in[1][1], in[1][2], LN_EPS),
+                                 in[1][3], in[1][4]);
+    ck_assert_ptr_nonnull(fused);
+    ck_assert_ptr_nonnull(split);
+    assert_same(fused, split, 1e-5);
+    ck_assert_int_eq(tg_backward(tg_sum(tg_mul(fused, fused), NULL, 0, false), NULL), 0);
+    ck_assert_int_eq(tg_backward(tg_sum(tg_mul(split, split), NULL, 0, false), NULL), 0);
+    for (int i = 0; i < 5; i++)
+        assert_same(tg_grad(in[0][i]), tg_grad(in[1][i]), 1e-4);
+    tg_scope_end();
+    for (int i = 0; i < 5; i++) {
+        tg_release(in[0][i]);
+        tg_release(in[1][i]);
+    }
+    tg_rng_free(rng);
+}
+END_TEST
+
 /* The node records NULL weight and bias entries; backward must skip them. */
 START_TEST(layer_norm_without_affine_params_backpropagates)
 {
@@ -522,6 +566,7 @@ int main(void)
     tcase_add_test(ln, layer_norm_without_affine_params_backpropagates);
     tcase_add_test(ln, layer_norm_gives_bias_gradient_when_only_bias_requires_grad);
     tcase_add_test(ln, layer_norm_rejects_bad_arguments);
+    tcase_add_test(ln, layer_norm_affine_matches_the_two_ops_it_fuses);
     suite_add_tcase(s, ln);
     TCase *emb = tcase_checked("embedding");
     tcase_add_test(emb, embedding_picks_rows_for_indices_of_any_shape);
