@@ -211,23 +211,28 @@ tg_tensor *tg_mse_loss(const tg_tensor *input, const tg_tensor *target);
 
 /* ---- fused attention (autograd/op_attention.c) ----------------------------- */
 
-/* softmax(q @ k^T * scale + mask) @ v in one op that never holds the [L, S]
- * scores: q [..., L, E], k [..., S, E], v [..., S, Ev] -> [..., L, Ev], one
- * float dtype, any layout, batch dims broadcast. mask (may be NULL) is bool
- * (true = not allowed) or float (added to the scores), broadcast to
- * [..., L, S]; it is a constant here and gets no gradient. is_causal also
- * masks key j > query i (applied together with mask). scale <= 0 means
- * 1/sqrt(E). A query whose every key is masked gives zeros and passes zero
- * gradient. Saves the output and one logsumexp per query row for backward,
- * which recomputes the scores tile by tile. With 4-D inputs [B, H, L, E]
- * the output's memory is [B, L, H, Ev] (a transposed view, not contiguous),
- * so that merging the heads with transpose(1, 2) and reshape costs no copy.
- * tg_scaled_dot_product_attention
- * (nn.h) calls this when it can. Errors: TG_ERR_NULL, TG_ERR_DTYPE (q, k, v
- * not one float dtype; mask not bool or float), TG_ERR_SHAPE, TG_ERR_VALUE
- * (scale not finite). */
+/* dropout(softmax(q @ k^T * scale + mask)) @ v in one op that never holds
+ * the [L, S] scores: q [..., L, E], k [..., S, E], v [..., S, Ev] ->
+ * [..., L, Ev], one float dtype, any layout, batch dims broadcast. mask (may
+ * be NULL) is bool (true = not allowed) or float (added to the scores),
+ * broadcast to [..., L, S]; it is a constant here and gets no gradient.
+ * is_causal also masks key j > query i (applied together with mask).
+ * scale <= 0 means 1/sqrt(E). dropout_p in [0, 1) drops attention weights
+ * with the mask tg_dropout would draw from rng for the weights [..., L, S]
+ * (one draw; rng may be NULL when dropout_p is 0), and backward makes the
+ * mask again rather than keeping it. A query whose every key is masked
+ * gives zeros and passes zero gradient. Saves the output and one logsumexp
+ * per query row for backward, which recomputes the scores tile by tile.
+ * With 4-D inputs [B, H, L, E] the output's memory is [B, L, H, Ev] (a
+ * transposed view, not contiguous), so that merging the heads with
+ * transpose(1, 2) and reshape costs no copy. tg_scaled_dot_product_attention
+ * (nn.h) calls this when it can. Errors: TG_ERR_NULL (also rng NULL with
+ * dropout), TG_ERR_DTYPE (q, k, v not one float dtype; mask not bool or
+ * float), TG_ERR_SHAPE, TG_ERR_VALUE (scale not finite, dropout_p outside
+ * [0, 1)). */
 tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
-                        const tg_tensor *mask, bool is_causal, double scale);
+                        const tg_tensor *mask, bool is_causal, double scale, double dropout_p,
+                        tg_rng *rng);
 
 /* ---- gradient checking (autograd/gradcheck.c) ------------------------------ */
 

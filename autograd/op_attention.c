@@ -1,7 +1,9 @@
-/* Fused scaled-dot-product attention: softmax(q k^T * scale + mask) v computed
- * block by block with an online softmax (FlashAttention style), so neither
- * pass holds more than a [BR, BC] tile of scores; backward recomputes the
- * tiles from q, k and the per-row logsumexp saved by the forward. */
+/* Fused scaled-dot-product attention: dropout(softmax(q k^T * scale + mask)) v
+ * computed block by block with an online softmax (FlashAttention style), so
+ * neither pass holds more than a [BR, BC] tile of scores; backward recomputes
+ * the tiles from q, k and the per-row logsumexp saved by the forward, and the
+ * dropout mask from its key. */
+#include "dropout_mask.h"
 #include "fastmath.h"
 #include "gemm.h"
 #include "graph.h"
@@ -29,6 +31,11 @@ typedef struct {
     int64_t qb[TG_MAX_DIMS], kb[TG_MAX_DIMS], vb[TG_MAX_DIMS]; /* batch strides */
     const tg_tensor *mask;          /* NULL, or bool / float broadcast to [bshape, L, S] */
     int64_t mst[TG_MAX_DIMS];       /* mask strides over [bshape, L, S] */
+    /* Dropout of the weights: element (b, i, j) is zeroed when
+     * tg__dropped(key, (b L + i) S + j, drop_below), else scaled by keep. */
+    bool dropout;
+    uint64_t key, drop_below;
+    double keep;
 } attn_plan;
 
 /* Element offset of batch b (row-major over bshape) for the given strides. */
@@ -165,9 +172,31 @@ static double exp_row(tg_dtype dtype, const double *s, double shift, void *dst, 
     return sum;
 }
 
-/* Online softmax over one score tile: for each row, the new running max,
- * the rescaling of what was accumulated, and p = exp(s - max) into w->t. */
-static void online_softmax(const attn_plan *p, scratch *w, int64_t nr, int64_t nc)
+/* Row i of batch b's weights, keys j0.. (nc of them) at t + at: zeroed
+ * where the dropout mask drops them, scaled by keep where it keeps them. */
+TG_VECTOR_CLONES
+static void drop_row(const attn_plan *p, int64_t b, int64_t i, int64_t j0, void *t, int64_t at,
+                     int64_t nc)
+{
+    int64_t base = (b * p->L + i) * p->S + j0;
+    uint64_t key = p->key, below = p->drop_below; /* locals: d cannot alias them */
+    if (p->dtype == TG_FLOAT32) {
+        float *d = (float *)t + at, keep = (float)p->keep;
+        for (int64_t c = 0; c < nc; c++)
+            d[c] = tg__dropped(key, base + c, below) ? 0.0f : d[c] * keep;
+    } else {
+        double *d = (double *)t + at, keep = p->keep;
+        for (int64_t c = 0; c < nc; c++)
+            d[c] = tg__dropped(key, base + c, below) ? 0.0 : d[c] * keep;
+    }
+}
+
+/* Online softmax over one score tile (rows r0.., keys j0.. of batch b): for
+ * each row, the new running max, the rescaling of what was accumulated, and
+ * p = exp(s - max) into w->t, dropped out after its sum is taken (the sum
+ * normalises the weights before dropout). */
+static void online_softmax(const attn_plan *p, scratch *w, int64_t b, int64_t r0, int64_t j0,
+                           int64_t nr, int64_t nc)
 {
     for (int64_t r = 0; r < nr; r++) {
         double *s = w->s + r * BC, mx = w->m[r];
@@ -180,6 +209,8 @@ static void online_softmax(const attn_plan *p, scratch *w, int64_t nr, int64_t n
             continue;
         }
         double alpha = exp(w->m[r] - mx), sum = exp_row(p->dtype, s, mx, w->t, r * BC, nc);
+        if (p->dropout)
+            drop_row(p, b, r0 + r, j0, w->t, r * BC, nc);
         w->l[r] = w->l[r] * alpha + sum;
         w->m[r] = mx;
         if (alpha != 1)
@@ -213,7 +244,7 @@ static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, 
         int64_t nc = jend - j0 < BC ? jend - j0 : BC;
         if (score_tile(p, b, r0, nr, j0, nc, w->t, w->s) < 0)
             return -1;
-        online_softmax(p, w, nr, nc);
+        online_softmax(p, w, b, r0, j0, nr, nc);
         if (tg__gemm(p->dtype, true, false, false, nr, p->Ev, nc, 1.0, w->t, BC,
                      v + (size_t)(j0 * p->Ev) * es, p->Ev, 1.0, w->acc, p->Ev) < 0)
             return -1;
@@ -266,11 +297,25 @@ typedef struct {
     char *dq, *dk, *dv;
 } grad_slices;
 
-/* From the scores in w->s and dP [nr, nc] in w->t2: P = exp(s - lse) into
- * w->t2 and dS = P * (dP - D) into w->t. */
+/* z[c] = the scale dropout gave key j0 + c of row i in batch b: 0 or keep. */
+TG_VECTOR_CLONES
+static void keep_row(const attn_plan *p, int64_t b, int64_t i, int64_t j0, double *z,
+                     int64_t nc)
+{
+    int64_t base = (b * p->L + i) * p->S + j0;
+    uint64_t key = p->key, below = p->drop_below; /* locals: z cannot alias them */
+    double keep = p->keep;
+    for (int64_t c = 0; c < nc; c++)
+        z[c] = tg__dropped(key, base + c, below) ? 0.0 : keep;
+}
+
+/* From the scores in w->s (rows r0.., keys j0.. of batch b) and dPd [nr, nc]
+ * in w->t2, the gradient of the weights after dropout: P = exp(s - lse),
+ * Pd = P * Z (Z: dropout's 0 or keep) into w->t2 and dS = P * (dPd * Z - D)
+ * into w->t. D = rowsum(dPd * Pd) = rowsum(dO * O) holds with dropout too. */
 TG_VECTOR_CLONES
 static void grad_tile(const attn_plan *p, scratch *w, const double *lse, const double *dsum,
-                      int64_t nr, int64_t nc)
+                      int64_t b, int64_t r0, int64_t j0, int64_t nr, int64_t nc)
 {
     for (int64_t r = 0; r < nr; r++) {
         double *s = w->s + r * BC;
@@ -281,12 +326,29 @@ static void grad_tile(const attn_plan *p, scratch *w, const double *lse, const d
                 s[c] = -INFINITY;
             shift = 0;
         }
-        if (p->dtype == TG_FLOAT32) {
+        double z[BC];
+        if (p->dropout)
+            keep_row(p, b, r0 + r, j0, z, nc);
+        if (p->dtype == TG_FLOAT32 && p->dropout) {
+            float *ds = (float *)w->t + r * BC, *pd = (float *)w->t2 + r * BC, d = (float)dsum[r];
+            for (int64_t c = 0; c < nc; c++) {
+                float pr = tg__expf((float)(s[c] - shift)), zc = (float)z[c];
+                ds[c] = pr * (pd[c] * zc - d);
+                pd[c] = pr * zc;
+            }
+        } else if (p->dtype == TG_FLOAT32) {
             float *ds = (float *)w->t + r * BC, *pd = (float *)w->t2 + r * BC, d = (float)dsum[r];
             for (int64_t c = 0; c < nc; c++) {
                 float pr = tg__expf((float)(s[c] - shift));
                 ds[c] = pr * (pd[c] - d);
                 pd[c] = pr;
+            }
+        } else if (p->dropout) {
+            double *ds = (double *)w->t + r * BC, *pd = (double *)w->t2 + r * BC;
+            for (int64_t c = 0; c < nc; c++) {
+                double pr = exp(s[c] - shift);
+                ds[c] = pr * (pd[c] * z[c] - dsum[r]);
+                pd[c] = pr * z[c];
             }
         } else {
             double *ds = (double *)w->t + r * BC, *pd = (double *)w->t2 + r * BC;
@@ -321,13 +383,13 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
             int64_t nc = jend - j0 < BC ? jend - j0 : BC;
             const char *kj = k + (size_t)(j0 * p->E) * es, *vj = v + (size_t)(j0 * p->Ev) * es;
             int rc = score_tile(p, b, r0, nr, j0, nc, w->t, w->s);
-            /* dP = dO_i V_j^T [nr, nc] */
+            /* dPd = dO_i V_j^T [nr, nc] */
             rc |= tg__gemm(dt, true, false, true, nr, nc, p->Ev, 1.0, goi, p->Ev, vj, p->Ev, 0.0,
                            w->t2, BC);
             if (rc < 0)
                 return -1;
-            grad_tile(p, w, g->lse + r0, dsum + r0, nr, nc); /* t = dS, t2 = P */
-            /* dV_j += P^T dO_i; dK_j += scale dS^T Q_i; dQ_i += scale dS K_j */
+            grad_tile(p, w, g->lse + r0, dsum + r0, b, r0, j0, nr, nc); /* t = dS, t2 = Pd */
+            /* dV_j += Pd^T dO_i; dK_j += scale dS^T Q_i; dQ_i += scale dS K_j */
             if (g->dv)
                 rc |= tg__gemm(dt, true, true, false, nc, p->Ev, nr, 1.0, w->t2, BC, goi, p->Ev,
                                1.0, g->dv + (size_t)(j0 * p->Ev) * es, p->Ev);
@@ -450,12 +512,23 @@ static void plan_data(attn_plan *p, const tg_tensor *q, const tg_tensor *k, cons
     batch_strides(p, v, p->vb);
 }
 
+/* p's dropout fields for probability dropout_p and key. */
+static void plan_dropout(attn_plan *p, double dropout_p, uint64_t key)
+{
+    p->dropout = dropout_p > 0;
+    p->key = key;
+    p->drop_below = tg__drop_below(dropout_p);
+    p->keep = 1.0 / (1.0 - dropout_p);
+}
+
 /* node->inputs: q, k, v; saved[0]: an alias of the output, saved[1]: the
  * logsumexp [nb * L] (float64), saved[2]: the mask or NULL; args[0]: the
- * scale; iargs[0]: is_causal. */
+ * scale, args[1]: the dropout probability; iargs[0]: is_causal, iargs[1]:
+ * the dropout key. */
 static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 {
     attn_plan p = {.dtype = n->inputs[0]->dtype, .scale = n->args[0], .causal = n->iargs[0] != 0};
+    plan_dropout(&p, n->args[1], (uint64_t)n->iargs[1]);
     const tg_tensor *out = n->saved[0], *lse = n->saved[1];
     if (!out || !lse) {
         tg__fail(TG_ERR_NOMEM, "tg_attention: backward lacks the saved output");
@@ -496,7 +569,7 @@ static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 }
 
 static int check_args(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
-                      const tg_tensor *mask, double scale)
+                      const tg_tensor *mask, double scale, double dropout_p, const tg_rng *rng)
 {
     const char *fn = "tg_attention";
     if (!q || !k || !v) {
@@ -519,6 +592,15 @@ static int check_args(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v
         tg__fail(TG_ERR_VALUE, "%s: scale = %g is not finite (<= 0 means 1/sqrt(E))", fn, scale);
         return -1;
     }
+    if (!(dropout_p >= 0 && dropout_p < 1)) { /* also rejects NaN */
+        tg__fail(TG_ERR_VALUE, "%s: dropout_p = %g is outside [0, 1)", fn, dropout_p);
+        return -1;
+    }
+    if (dropout_p > 0 && !rng) {
+        tg__fail(TG_ERR_NULL, "%s: rng is NULL, but dropout_p = %g needs one to draw the mask",
+                 fn, dropout_p);
+        return -1;
+    }
     return 0;
 }
 
@@ -537,13 +619,15 @@ static tg_tensor *new_output(const attn_plan *p, const int64_t *shape)
 }
 
 tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
-                        const tg_tensor *mask, bool is_causal, double scale)
+                        const tg_tensor *mask, bool is_causal, double scale, double dropout_p,
+                        tg_rng *rng)
 {
-    if (check_args(q, k, v, mask, scale) < 0)
+    if (check_args(q, k, v, mask, scale, dropout_p, rng) < 0)
         return NULL;
     attn_plan p = {.dtype = q->dtype, .causal = is_causal};
     if (plan_shapes(&p, q, k, v, mask) < 0)
         return NULL;
+    plan_dropout(&p, dropout_p, dropout_p > 0 ? tg_rng_next(rng) : 0); /* one draw, as tg_dropout */
     p.scale = scale > 0 ? scale : 1.0 / sqrt((double)(p.E ? p.E : 1));
     int64_t shape[TG_MAX_DIMS];
     memcpy(shape, p.bshape, sizeof shape);
@@ -573,7 +657,9 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
         tg__save(node, 1, lse);
         tg__save(node, 2, (tg_tensor *)mask);
         node->args[0] = p.scale;
+        node->args[1] = dropout_p;
         node->iargs[0] = is_causal;
+        node->iargs[1] = (int64_t)p.key;
     }
     tg_release(lse);
     return out;

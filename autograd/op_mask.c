@@ -1,6 +1,7 @@
 /* The ops that hide elements: masked_fill (attention masks, -inf before a
  * softmax) and inverted dropout. Both pass the gradient through where an
  * element is kept and stop it where it is hidden. */
+#include "dropout_mask.h"
 #include "fastmath.h"
 #include "graph.h"
 #include "kernels.h"
@@ -90,20 +91,6 @@ static int dropout_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
     return grads[0] ? 0 : -1;
 }
 
-/* Element i (row-major) of the mask: the (i+1)-th output of SplitMix64
- * started at key, taken as a 53-bit fraction u; dropped when u < p, that is
- * when its top 53 bits are below drop_below = ceil(p 2^53). Each element
- * depends on key and i alone, so the mask is the same on any number of
- * threads and its loop vectorises. */
-static inline bool dropped(uint64_t key, int64_t i, uint64_t drop_below)
-{
-    uint64_t z = key + (uint64_t)(i + 1) * 0x9E3779B97F4A7C15u;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-    z ^= z >> 31;
-    return (z >> 11) < drop_below;
-}
-
 TG_VECTOR_CLONES
 static void scale_block(uint64_t key, uint64_t drop_below, int64_t i0, int64_t n, double keep,
                         tg_dtype dtype, void *out)
@@ -111,11 +98,11 @@ static void scale_block(uint64_t key, uint64_t drop_below, int64_t i0, int64_t n
     if (dtype == TG_FLOAT32) {
         float *o = (float *)out, kf = (float)keep;
         for (int64_t i = i0; i < i0 + n; i++)
-            o[i] = dropped(key, i, drop_below) ? 0.0f : kf;
+            o[i] = tg__dropped(key, i, drop_below) ? 0.0f : kf;
     } else {
         double *o = (double *)out;
         for (int64_t i = i0; i < i0 + n; i++)
-            o[i] = dropped(key, i, drop_below) ? 0.0 : keep;
+            o[i] = tg__dropped(key, i, drop_below) ? 0.0 : keep;
     }
 }
 
@@ -126,7 +113,7 @@ static tg_tensor *draw_scale(const tg_tensor *x, double p, tg_rng *rng)
     tg_tensor *scale = tg__empty_uninit_like(x); /* every element is written */
     if (!scale)
         return NULL;
-    uint64_t key = tg_rng_next(rng), drop_below = (uint64_t)ceil(p * 0x1.0p53);
+    uint64_t key = tg_rng_next(rng), drop_below = tg__drop_below(p);
     double keep = 1.0 / (1.0 - p);
     int64_t n = tg__numel(x->ndim, x->shape);
     void *out = tg__ptr(scale);

@@ -79,15 +79,15 @@ static int check_inputs(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
 }
 
 /* Whether tg_attention (autograd/op_attention.c), which never holds the
- * [L, S] scores, computes exactly what the composition below would: no
- * weights asked for, no dropout, one float dtype, batch dims that broadcast,
- * and a mask that is bool or a constant float mask of q's dtype (the fused op
- * gives a mask no gradient). Anything else, errors included, is left to the
- * composition, which stays the reference. */
+ * [L, S] scores, computes exactly what the composition below would (its
+ * dropout draws the same mask): no weights asked for, one float dtype, batch
+ * dims that broadcast, and a mask that is bool or a constant float mask of
+ * q's dtype (the fused op gives a mask no gradient). Anything else, errors
+ * included, is left to the composition, which stays the reference. */
 static bool fused_fits(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
-                       const tg_tensor *mask, double dropout_p, tg_tensor **weights)
+                       const tg_tensor *mask, tg_tensor **weights)
 {
-    if (weights || dropout_p > 0 || !tg__is_float(q->dtype) || k->dtype != q->dtype ||
+    if (weights || !tg__is_float(q->dtype) || k->dtype != q->dtype ||
         v->dtype != q->dtype)
         return false;
     if (mask && mask->dtype != TG_BOOL && (mask->dtype != q->dtype || mask->requires_grad))
@@ -115,8 +115,8 @@ tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_tensor *
         *weights = NULL;
     if (check_inputs(q, k, v, mask, dropout_p, scale) < 0)
         return NULL;
-    if (fused_fits(q, k, v, mask, dropout_p, weights))
-        return tg_attention(q, k, v, mask, is_causal && !mask, scale);
+    if (fused_fits(q, k, v, mask, weights) && (dropout_p == 0 || rng))
+        return tg_attention(q, k, v, mask, is_causal && !mask, scale, dropout_p, rng);
     int64_t L = q->shape[q->ndim - 2], S = k->shape[k->ndim - 2], E = q->shape[q->ndim - 1];
     if (scale <= 0)
         scale = 1.0 / sqrt((double)(E ? E : 1));

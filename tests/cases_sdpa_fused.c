@@ -1,6 +1,6 @@
 /* Gradient-check cases for the fused attention op tg_attention: no mask,
  * causal, more keys than queries, float and bool masks, a fully masked row,
- * transposed views, and batched heads [2,3,L,E]. */
+ * transposed views, batched heads [2,3,L,E], and dropout. */
 #include "cases.h"
 
 #include <math.h>
@@ -46,20 +46,20 @@ static int heads_2x3(tg_tensor **in, tg_rng *rng)
 static tg_tensor *f_plain(tg_tensor *const *x, int n, void *c)
 {
     UNUSED;
-    return tg_attention(x[0], x[1], x[2], NULL, false, 0);
+    return tg_attention(x[0], x[1], x[2], NULL, false, 0, 0, NULL);
 }
 
 static tg_tensor *f_causal(tg_tensor *const *x, int n, void *c)
 {
     UNUSED;
-    return tg_attention(x[0], x[1], x[2], NULL, true, 0);
+    return tg_attention(x[0], x[1], x[2], NULL, true, 0, 0, NULL);
 }
 
 /* 3 queries, 6 keys, an explicit scale. */
 static tg_tensor *f_more_keys_causal(tg_tensor *const *x, int n, void *c)
 {
     UNUSED;
-    return tg_attention(x[0], x[1], x[2], NULL, true, 0.7);
+    return tg_attention(x[0], x[1], x[2], NULL, true, 0.7, 0, NULL);
 }
 
 /* A float [3, 6] mask with a -inf and finite offsets; it broadcasts over nothing. */
@@ -71,7 +71,7 @@ static tg_tensor *f_float_mask(tg_tensor *const *x, int n, void *c)
     tg_tensor *mask = tg_from_data(TG_FLOAT64, 2, (int64_t[]){3, 6}, m);
     if (mask && tg_dtype_of(x[0]) != TG_FLOAT64)
         mask = tg_to_dtype(mask, tg_dtype_of(x[0]));
-    return tg_attention(x[0], x[1], x[2], mask, false, 0);
+    return tg_attention(x[0], x[1], x[2], mask, false, 0, 0, NULL);
 }
 
 /* A bool [1, 6] mask broadcast over the queries. */
@@ -80,7 +80,7 @@ static tg_tensor *f_bool_mask(tg_tensor *const *x, int n, void *c)
     UNUSED;
     const bool m[6] = {0, 1, 0, 0, 1, 0};
     tg_tensor *mask = tg_from_data(TG_BOOL, 2, (int64_t[]){1, 6}, m);
-    return tg_attention(x[0], x[1], x[2], mask, false, 0);
+    return tg_attention(x[0], x[1], x[2], mask, false, 0, 0, NULL);
 }
 
 /* Query 1 sees no key: zeros out, and the gradient through it is zero. */
@@ -89,7 +89,7 @@ static tg_tensor *f_fully_masked_row(tg_tensor *const *x, int n, void *c)
     UNUSED;
     const bool m[18] = {0, 0, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 1, 0, 1, 0, 1};
     tg_tensor *mask = tg_from_data(TG_BOOL, 2, (int64_t[]){3, 6}, m);
-    return tg_attention(x[0], x[1], x[2], mask, false, 0);
+    return tg_attention(x[0], x[1], x[2], mask, false, 0, 0, NULL);
 }
 
 /* q, k, v all transposed views (non-contiguous), causal. */
@@ -97,13 +97,13 @@ static tg_tensor *f_transposed(tg_tensor *const *x, int n, void *c)
 {
     UNUSED;
     return tg_attention(tg_transpose(x[0], 0, 1), tg_transpose(x[1], 0, 1),
-                        tg_transpose(x[2], 0, 1), NULL, true, 0);
+                        tg_transpose(x[2], 0, 1), NULL, true, 0, 0, NULL);
 }
 
 static tg_tensor *f_heads(tg_tensor *const *x, int n, void *c)
 {
     UNUSED;
-    return tg_attention(x[0], x[1], x[2], NULL, false, 0);
+    return tg_attention(x[0], x[1], x[2], NULL, false, 0, 0, NULL);
 }
 
 /* Heads with the head dim swapped out and back: [2,3,L,E] -> [2,L,3,E]
@@ -114,7 +114,28 @@ static tg_tensor *f_heads_views_causal(tg_tensor *const *x, int n, void *c)
     tg_tensor *v[3];
     for (int i = 0; i < 3; i++)
         v[i] = tg_transpose(tg_contiguous(tg_transpose(x[i], 1, 2)), 1, 2);
-    return tg_attention(v[0], v[1], v[2], NULL, true, 0);
+    return tg_attention(v[0], v[1], v[2], NULL, true, 0, 0, NULL);
+}
+
+/* Dropout from a generator seeded the same on every call: a fixed mask. */
+static tg_tensor *with_dropout(tg_tensor *const *x, bool causal, double p)
+{
+    tg_rng *rng = tg_rng_new(23);
+    tg_tensor *y = tg_attention(x[0], x[1], x[2], NULL, causal, 0, p, rng);
+    tg_rng_free(rng);
+    return y;
+}
+
+static tg_tensor *f_dropout(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    return with_dropout(x, false, 0.3);
+}
+
+static tg_tensor *f_heads_dropout_causal(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    return with_dropout(x, true, 0.25);
 }
 
 const gc_case cases_sdpa_fused[] = {
@@ -127,5 +148,7 @@ const gc_case cases_sdpa_fused[] = {
     {"attention_transposed_inputs", f_transposed, transposed_3_5, 0, 0},
     {"attention_heads_2x3", f_heads, heads_2x3, 0, 0},
     {"attention_heads_views_causal", f_heads_views_causal, heads_2x3, 0, 0},
+    {"attention_dropout", f_dropout, more_keys, 0, 0},
+    {"attention_heads_dropout_causal", f_heads_dropout_causal, heads_2x3, 0, 0},
 };
 const int n_cases_sdpa_fused = sizeof cases_sdpa_fused / sizeof cases_sdpa_fused[0];

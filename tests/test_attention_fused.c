@@ -1,6 +1,7 @@
 /* The fused attention op tg_attention against the composition of basic ops
- * it replaces, softmax(q k^T * scale + mask) v, on many shapes (outputs and
- * all three gradients), plus hand-computed values, edge cases and errors. */
+ * it replaces, dropout(softmax(q k^T * scale + mask)) v, on many shapes
+ * (outputs and all three gradients), plus hand-computed values, edge cases
+ * and errors. */
 #include "testutil.h"
 
 /* A bool [L, S] mask, true where key j comes after query i. */
@@ -14,9 +15,11 @@ static tg_tensor *causal_bool(int64_t L, int64_t S)
     return m;
 }
 
-/* The unfused reference, from matmul, masked_fill / add, softmax. */
-static tg_tensor *composed(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
-                           const tg_tensor *mask, bool causal, double scale)
+/* The unfused reference, from matmul, masked_fill / add, softmax and
+ * dropout with p and a generator seeded with seed. */
+static tg_tensor *composed_dropout(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                                   const tg_tensor *mask, bool causal, double scale, double p,
+                                   uint64_t seed)
 {
     int64_t L = tg_shape(q)[tg_ndim(q) - 2], S = tg_shape(k)[tg_ndim(k) - 2];
     tg_tensor *s = tg_mul_scalar(tg_matmul(q, tg_transpose(k, -2, -1)), scale);
@@ -26,7 +29,27 @@ static tg_tensor *composed(const tg_tensor *q, const tg_tensor *k, const tg_tens
         s = tg_add(s, mask);
     if (causal)
         s = tg_masked_fill(s, causal_bool(L, S), -INFINITY);
-    return tg_matmul(tg_softmax(s, -1), v);
+    tg_rng *rng = tg_rng_new(seed);
+    tg_tensor *w = tg_dropout(tg_softmax(s, -1), p, true, rng);
+    tg_rng_free(rng);
+    return tg_matmul(w, v);
+}
+
+static tg_tensor *composed(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                           const tg_tensor *mask, bool causal, double scale)
+{
+    return composed_dropout(q, k, v, mask, causal, scale, 0, 0);
+}
+
+/* tg_attention with dropout p from a generator seeded with seed. */
+static tg_tensor *fused_dropout(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                                const tg_tensor *mask, bool causal, double scale, double p,
+                                uint64_t seed)
+{
+    tg_rng *rng = tg_rng_new(seed);
+    tg_tensor *out = tg_attention(q, k, v, mask, causal, scale, p, rng);
+    tg_rng_free(rng);
+    return out;
 }
 
 /* Asserts |a - b| <= tol (1 + |b|) elementwise, naming what is compared. */
@@ -54,13 +77,15 @@ static tg_tensor *leaf(tg_rng *rng, tg_dtype dt, int ndim, const int64_t *shape)
 /* Runs f = fused or composed on (q, k, v), backpropagates the weights w and
  * returns the output; grads[] get the three gradients (scope-owned). */
 static tg_tensor *run(bool fused, tg_tensor *q, tg_tensor *k, tg_tensor *v, const tg_tensor *mask,
-                      bool causal, double scale, const tg_tensor *w, tg_tensor **grads)
+                      bool causal, double scale, double dropout_p, const tg_tensor *w,
+                      tg_tensor **grads)
 {
     tg_tensor *in[3] = {q, k, v};
     for (int i = 0; i < 3; i++)
         tg_zero_grad(in[i]);
-    tg_tensor *out = fused ? tg_attention(q, k, v, mask, causal, scale)
-                           : composed(q, k, v, mask, causal, scale);
+    enum { SEED = 99 }; /* both sides draw the same dropout mask */
+    tg_tensor *out = fused ? fused_dropout(q, k, v, mask, causal, scale, dropout_p, SEED)
+                           : composed_dropout(q, k, v, mask, causal, scale, dropout_p, SEED);
     ck_assert_msg(out != NULL, "%s", tg_error_message());
     ck_assert_int_eq(tg_backward(out, w), 0);
     for (int i = 0; i < 3; i++)
@@ -68,18 +93,27 @@ static tg_tensor *run(bool fused, tg_tensor *q, tg_tensor *k, tg_tensor *v, cons
     return out;
 }
 
-/* Fused vs composed on q [nb, L, E], k [nb, S, E], v [nb, S, Ev]. mask_kind
- * 0: none, 1: float [L, S] with some -inf, 2: bool [L, S] with row 0 fully
- * masked. Compares the output and the three gradients within tol. */
-static void check_parity(tg_dtype dt, int64_t L, int64_t S, int64_t E, int64_t Ev, bool causal,
-                         int mask_kind, double tol, uint64_t seed)
+/* Fused vs composed on q [nb.., L, E], k [nb.., S, E], v [nb.., S, Ev] with
+ * batch dims nb.. = [2] or, with heads, [2, 3]. mask_kind 0: none, 1: float
+ * [L, S] with some -inf, 2: bool [L, S] with row 0 fully masked. Dropout p
+ * on both sides, from one seed. Compares the output and the three gradients
+ * within tol. */
+static void check_parity_of(tg_dtype dt, int64_t L, int64_t S, int64_t E, int64_t Ev,
+                            bool causal, int mask_kind, double dropout_p, bool heads, double tol,
+                            uint64_t seed)
 {
     tg_scope_begin();
     tg_rng *rng = tg_rng_new(seed);
-    int64_t nb = 2;
-    tg_tensor *q = leaf(rng, dt, 3, SHAPE(nb, L, E)), *k = leaf(rng, dt, 3, SHAPE(nb, S, E));
-    tg_tensor *v = leaf(rng, dt, 3, SHAPE(nb, S, Ev));
-    tg_tensor *w = tg_randn(rng, dt, 3, SHAPE(nb, L, Ev));
+    int nd = heads ? 4 : 3;
+    int64_t sq[4] = {2, 3}, sk[4] = {2, 3}, sv[4] = {2, 3};
+    sq[nd - 2] = L, sq[nd - 1] = E, sk[nd - 2] = S, sk[nd - 1] = E, sv[nd - 2] = S, sv[nd - 1] = Ev;
+    if (!heads)
+        sq[0] = sk[0] = sv[0] = 2;
+    tg_tensor *q = leaf(rng, dt, nd, sq), *k = leaf(rng, dt, nd, sk), *v = leaf(rng, dt, nd, sv);
+    int64_t sw[4];
+    memcpy(sw, sq, sizeof sw);
+    sw[nd - 1] = Ev;
+    tg_tensor *w = tg_randn(rng, dt, nd, sw);
     tg_tensor *mask = NULL;
     if (mask_kind == 1) { /* normal values, -inf where above 1 */
         double *mv = malloc((size_t)(L * S) * sizeof *mv);
@@ -101,18 +135,25 @@ static void check_parity(tg_dtype dt, int64_t L, int64_t S, int64_t E, int64_t E
     tg_rng_free(rng);
     double scale = 1.0 / sqrt((double)E);
     tg_tensor *gf[3], *gc[3];
-    tg_tensor *of = run(true, q, k, v, mask, causal, 0, w, gf);
-    tg_tensor *oc = run(false, q, k, v, mask, causal, scale, w, gc);
+    tg_tensor *of = run(true, q, k, v, mask, causal, 0, dropout_p, w, gf);
+    tg_tensor *oc = run(false, q, k, v, mask, causal, scale, dropout_p, w, gc);
     char what[96];
     const char *names[4] = {"out", "dq", "dk", "dv"};
     const tg_tensor *a[4] = {of, gf[0], gf[1], gf[2]}, *b[4] = {oc, gc[0], gc[1], gc[2]};
     for (int i = 0; i < 4; i++) {
-        snprintf(what, sizeof what, "%s %s L=%lld S=%lld E=%lld Ev=%lld causal=%d mask=%d",
+        snprintf(what, sizeof what,
+                 "%s %s L=%lld S=%lld E=%lld Ev=%lld causal=%d mask=%d dropout=%g heads=%d",
                  names[i], tg_dtype_name(dt), (long long)L, (long long)S, (long long)E,
-                 (long long)Ev, causal, mask_kind);
+                 (long long)Ev, causal, mask_kind, dropout_p, heads);
         assert_close(what, a[i], b[i], tol);
     }
     tg_scope_end();
+}
+
+static void check_parity(tg_dtype dt, int64_t L, int64_t S, int64_t E, int64_t Ev, bool causal,
+                         int mask_kind, double tol, uint64_t seed)
+{
+    check_parity_of(dt, L, S, E, Ev, causal, mask_kind, 0, false, tol, seed);
 }
 
 /* Shapes with L, S in 1..70 (across the 64-row tile edge), E, Ev in 1..33. */
@@ -165,8 +206,8 @@ START_TEST(fused_broadcasts_batch_dims)
     tg_tensor *w = tg_randn(rng, TG_FLOAT64, 4, SHAPE(2, 3, 5, 2));
     tg_rng_free(rng);
     tg_tensor *gf[3], *gc[3];
-    tg_tensor *of = run(true, q, k, v, NULL, true, 0.3, w, gf);
-    tg_tensor *oc = run(false, q, k, v, NULL, true, 0.3, w, gc);
+    tg_tensor *of = run(true, q, k, v, NULL, true, 0.3, 0, w, gf);
+    tg_tensor *oc = run(false, q, k, v, NULL, true, 0.3, 0, w, gc);
     ck_assert_shape(of, 2, 3, 5, 2);
     ck_assert_shape(gf[1], 3, 6, 4);
     ck_assert_shape(gf[2], 1, 3, 6, 2);
@@ -192,7 +233,8 @@ START_TEST(fused_reads_non_contiguous_inputs)
         tg_tensor *k = tg_narrow(tg_transpose(kb, 1, 2), 1, 1, 8); /* [2, 8, 4] */
         tg_tensor *v = tg_transpose(vb, 0, 1);                      /* [2, 8, 3] */
         ck_assert(!tg_is_contiguous(q) && !tg_is_contiguous(k) && !tg_is_contiguous(v));
-        out[r] = r == 0 ? tg_attention(q, k, v, NULL, false, 0) : composed(q, k, v, NULL, false, 0.5);
+        out[r] = r == 0 ? tg_attention(q, k, v, NULL, false, 0, 0, NULL)
+                          : composed(q, k, v, NULL, false, 0.5);
         ck_assert_int_eq(tg_backward(out[r], w), 0);
         for (int i = 0; i < 3; i++) {
             grads[r][i] = tg_grad(leaves[i]);
@@ -214,9 +256,9 @@ START_TEST(fused_gives_hand_computed_values)
     tg_tensor *k = T64(SHAPE(2, 2), 2, 1.0, 0.0, 0.0, 1.0);
     tg_tensor *v = T64(SHAPE(2, 2), 2, 1.0, 2.0, 3.0, 4.0);
     double e = exp(1.0), w0 = e / (1 + e), w1 = 1 / (1 + e);
-    ck_assert_values(tg_attention(q, k, v, NULL, false, 1.0), 1e-15, w0 + 3 * w1, 2 * w0 + 4 * w1);
+    ck_assert_values(tg_attention(q, k, v, NULL, false, 1.0, 0, NULL), 1e-15, w0 + 3 * w1, 2 * w0 + 4 * w1);
     /* causal: the one query sees key 0 only */
-    ck_assert_values(tg_attention(q, k, v, NULL, true, 1.0), 1e-15, 1.0, 2.0);
+    ck_assert_values(tg_attention(q, k, v, NULL, true, 1.0, 0, NULL), 1e-15, 1.0, 2.0);
     tg_scope_end();
 }
 END_TEST
@@ -235,7 +277,7 @@ START_TEST(fused_fully_masked_row_gives_zeros_and_zero_gradient)
     for (int j = 0; j < 5; j++)
         m[5 + j] = true;
     m[2] = true;
-    tg_tensor *out = tg_attention(q, k, v, mask, false, 0);
+    tg_tensor *out = tg_attention(q, k, v, mask, false, 0, 0, NULL);
     double *o = values_of(out);
     ck_assert(o[2] == 0 && o[3] == 0);
     ck_assert(o[0] != 0 && o[4] != 0);
@@ -255,7 +297,7 @@ START_TEST(fused_without_keys_gives_zeros)
     tg_scope_begin();
     tg_tensor *q = tg_ones(TG_FLOAT32, 2, SHAPE(3, 4)), *k = tg_ones(TG_FLOAT32, 2, SHAPE(0, 4));
     tg_tensor *v = tg_ones(TG_FLOAT32, 2, SHAPE(0, 2));
-    tg_tensor *out = tg_attention(q, k, v, NULL, false, 0);
+    tg_tensor *out = tg_attention(q, k, v, NULL, false, 0, 0, NULL);
     ck_assert_shape(out, 3, 2);
     ck_assert_values(out, 0, 0, 0, 0, 0, 0, 0);
     tg_scope_end();
@@ -273,7 +315,7 @@ START_TEST(sdpa_uses_the_fused_op_when_it_can)
     tg_tensor *v = tg_randn(rng, TG_FLOAT32, 4, SHAPE(2, 3, 70, 8));
     tg_rng_free(rng);
     tg_tensor *a = tg_scaled_dot_product_attention(q, k, v, NULL, 0, true, 0, NULL, NULL);
-    tg_tensor *b = tg_attention(q, k, v, NULL, true, 0);
+    tg_tensor *b = tg_attention(q, k, v, NULL, true, 0, 0, NULL);
     assert_close("sdpa", a, b, 0);
     tg_tensor *w;
     tg_tensor *c = tg_scaled_dot_product_attention(q, k, v, NULL, 0, true, 0, NULL, &w);
@@ -283,29 +325,84 @@ START_TEST(sdpa_uses_the_fused_op_when_it_can)
 }
 END_TEST
 
+/* Dropout inside the fused op drops the weights the composition's
+ * tg_dropout drops, for the same seed: on both sides of the tile edges,
+ * with masks, causal or not, and with [B, H] heads (whose output the fused
+ * op stores head-interleaved). */
+START_TEST(fused_dropout_matches_composition)
+{
+    static const int64_t shapes[][4] = {{1, 1, 1, 1}, {16, 16, 32, 32}, {65, 64, 8, 5},
+                                        {64, 70, 5, 8}, {70, 70, 33, 17}};
+    const tg_dtype dts[2] = {TG_FLOAT64, TG_FLOAT32};
+    const double tols[2] = {1e-12, 2e-5};
+    uint64_t seed = 500;
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < 5; i++)
+            for (int heads = 0; heads < 2; heads++)
+                check_parity_of(dts[d], shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
+                                (i + heads) % 2, i % 3, i == 4 ? 0.5 : 0.2, heads, tols[d],
+                                ++seed);
+}
+END_TEST
+
+/* The dropout really drops: with p = 0.5 the output differs from p = 0, and
+ * the same seed gives the same output twice. */
+START_TEST(fused_dropout_is_seeded_and_changes_the_output)
+{
+    tg_scope_begin();
+    tg_rng *rng = tg_rng_new(3);
+    tg_tensor *q = tg_randn(rng, TG_FLOAT32, 3, SHAPE(2, 9, 4));
+    tg_tensor *k = tg_randn(rng, TG_FLOAT32, 3, SHAPE(2, 9, 4));
+    tg_tensor *v = tg_randn(rng, TG_FLOAT32, 3, SHAPE(2, 9, 4));
+    tg_rng_free(rng);
+    tg_tensor *plain = tg_attention(q, k, v, NULL, true, 0, 0, NULL);
+    tg_tensor *a = fused_dropout(q, k, v, NULL, true, 0, 0.5, 17);
+    tg_tensor *b = fused_dropout(q, k, v, NULL, true, 0, 0.5, 17);
+    double *pv = values_of(plain), *av = values_of(a), *bv = values_of(b);
+    int differ = 0;
+    for (int64_t i = 0; i < tg_numel(a); i++) {
+        ck_assert_msg(av[i] == bv[i], "element %lld differs between two runs", (long long)i);
+        differ += av[i] != pv[i];
+    }
+    ck_assert_int_gt(differ, tg_numel(a) / 2);
+    free(pv), free(av), free(bv);
+    tg_scope_end();
+}
+END_TEST
+
 START_TEST(fused_rejects_bad_arguments)
 {
     tg_scope_begin();
     tg_tensor *q = tg_zeros(TG_FLOAT32, 3, SHAPE(2, 3, 4)), *k = tg_zeros(TG_FLOAT32, 3, SHAPE(2, 5, 4));
     tg_tensor *v = tg_zeros(TG_FLOAT32, 3, SHAPE(2, 5, 3));
-    ck_assert_ptr_null(tg_attention(NULL, k, v, NULL, false, 0));
+    ck_assert_ptr_null(tg_attention(NULL, k, v, NULL, false, 0, 0, NULL));
     ck_assert_error(TG_ERR_NULL, "tg_attention", "q");
-    ck_assert_ptr_null(tg_attention(q, tg_zeros(TG_FLOAT64, 3, SHAPE(2, 5, 4)), v, NULL, false, 0));
+    ck_assert_ptr_null(tg_attention(q, tg_zeros(TG_FLOAT64, 3, SHAPE(2, 5, 4)), v, NULL, false, 0, 0, NULL));
     ck_assert_error(TG_ERR_DTYPE, "tg_attention", "float64");
-    ck_assert_ptr_null(tg_attention(tg_zeros(TG_INT64, 3, SHAPE(2, 3, 4)), k, v, NULL, false, 0));
+    ck_assert_ptr_null(tg_attention(tg_zeros(TG_INT64, 3, SHAPE(2, 3, 4)), k, v, NULL, false, 0, 0, NULL));
     ck_assert_error(TG_ERR_DTYPE, "tg_attention");
-    ck_assert_ptr_null(tg_attention(q, tg_zeros(TG_FLOAT32, 3, SHAPE(2, 5, 3)), v, NULL, false, 0));
+    ck_assert_ptr_null(tg_attention(q, tg_zeros(TG_FLOAT32, 3, SHAPE(2, 5, 3)), v, NULL, false, 0, 0, NULL));
     ck_assert_error(TG_ERR_SHAPE, "tg_attention", "[2,3,4]", "[2,5,3]");
-    ck_assert_ptr_null(tg_attention(q, k, tg_zeros(TG_FLOAT32, 3, SHAPE(2, 6, 3)), NULL, false, 0));
+    ck_assert_ptr_null(tg_attention(q, k, tg_zeros(TG_FLOAT32, 3, SHAPE(2, 6, 3)), NULL, false, 0, 0, NULL));
     ck_assert_error(TG_ERR_SHAPE, "tg_attention", "[2,6,3]");
-    ck_assert_ptr_null(tg_attention(q, tg_zeros(TG_FLOAT32, 3, SHAPE(3, 5, 4)), v, NULL, false, 0));
+    ck_assert_ptr_null(tg_attention(q, tg_zeros(TG_FLOAT32, 3, SHAPE(3, 5, 4)), v, NULL, false, 0, 0, NULL));
     ck_assert_error(TG_ERR_SHAPE, "tg_attention", "broadcast", "[3,5,4]");
-    ck_assert_ptr_null(tg_attention(q, k, v, tg_zeros(TG_BOOL, 2, SHAPE(3, 4)), false, 0));
+    ck_assert_ptr_null(tg_attention(q, k, v, tg_zeros(TG_BOOL, 2, SHAPE(3, 4)), false, 0, 0, NULL));
     ck_assert_error(TG_ERR_SHAPE, "tg_attention", "mask [3,4]", "[2,3,5]");
-    ck_assert_ptr_null(tg_attention(q, k, v, tg_zeros(TG_INT64, 2, SHAPE(3, 5)), false, 0));
+    ck_assert_ptr_null(tg_attention(q, k, v, tg_zeros(TG_INT64, 2, SHAPE(3, 5)), false, 0, 0, NULL));
     ck_assert_error(TG_ERR_DTYPE, "tg_attention", "mask");
-    ck_assert_ptr_null(tg_attention(q, k, v, NULL, false, INFINITY));
+    ck_assert_ptr_null(tg_attention(q, k, v, NULL, false, INFINITY, 0, NULL));
     ck_assert_error(TG_ERR_VALUE, "tg_attention", "scale");
+    tg_rng *rng = tg_rng_new(1);
+    ck_assert_ptr_null(tg_attention(q, k, v, NULL, false, 0, 1.0, rng));
+    ck_assert_error(TG_ERR_VALUE, "tg_attention", "dropout_p", "1");
+    ck_assert_ptr_null(tg_attention(q, k, v, NULL, false, 0, NAN, rng));
+    ck_assert_error(TG_ERR_VALUE, "tg_attention", "dropout_p");
+    ck_assert_ptr_null(tg_attention(q, k, v, NULL, false, 0, -0.1, rng));
+    ck_assert_error(TG_ERR_VALUE, "tg_attention", "dropout_p");
+    ck_assert_ptr_null(tg_attention(q, k, v, NULL, false, 0, 0.1, NULL));
+    ck_assert_error(TG_ERR_NULL, "tg_attention", "rng");
+    tg_rng_free(rng);
     tg_scope_end();
 }
 END_TEST
@@ -324,6 +421,8 @@ int main(void)
     tcase_add_test(tc, fused_fully_masked_row_gives_zeros_and_zero_gradient);
     tcase_add_test(tc, fused_without_keys_gives_zeros);
     tcase_add_test(tc, sdpa_uses_the_fused_op_when_it_can);
+    tcase_add_test(tc, fused_dropout_matches_composition);
+    tcase_add_test(tc, fused_dropout_is_seeded_and_changes_the_output);
     tcase_add_test(tc, fused_rejects_bad_arguments);
     suite_add_tcase(s, tc);
     return run_suite(s);
