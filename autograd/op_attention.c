@@ -29,6 +29,7 @@ typedef struct {
     bool causal;                    /* key j > query i is masked */
     const char *q, *k, *v;          /* element pointers (bytes) */
     int64_t qb[TG_MAX_DIMS], kb[TG_MAX_DIMS], vb[TG_MAX_DIMS]; /* batch strides */
+    int64_t qrs, krs, vrs;          /* row strides (elements; >= the row's length) */
     const tg_tensor *mask;          /* NULL, or bool / float broadcast to [bshape, L, S] */
     int64_t mst[TG_MAX_DIMS];       /* mask strides over [bshape, L, S] */
     /* Dropout of the weights: element (b, i, j) is zeroed when
@@ -98,10 +99,10 @@ static void mask_tile(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int
 static int score_tile(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int64_t j0,
                       int64_t nc, void *t, double *s)
 {
-    const char *q = p->q + (size_t)(batch_off(p, p->qb, b) + r0 * p->E) * esize(p);
-    const char *k = p->k + (size_t)(batch_off(p, p->kb, b) + j0 * p->E) * esize(p);
-    if (tg__gemm(p->dtype, true, false, true, nr, nc, p->E, p->scale, q, p->E, k, p->E, 0.0, t,
-                 BC) < 0)
+    const char *q = p->q + (size_t)(batch_off(p, p->qb, b) + r0 * p->qrs) * esize(p);
+    const char *k = p->k + (size_t)(batch_off(p, p->kb, b) + j0 * p->krs) * esize(p);
+    if (tg__gemm(p->dtype, true, false, true, nr, nc, p->E, p->scale, q, p->qrs, k, p->krs, 0.0,
+                 t, BC) < 0)
         return -1;
     for (int64_t r = 0; r < nr; r++)
         for (int64_t c = 0; c < nc; c++)
@@ -246,7 +247,7 @@ static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, 
             return -1;
         online_softmax(p, w, b, r0, j0, nr, nc);
         if (tg__gemm(p->dtype, true, false, false, nr, p->Ev, nc, 1.0, w->t, BC,
-                     v + (size_t)(j0 * p->Ev) * es, p->Ev, 1.0, w->acc, p->Ev) < 0)
+                     v + (size_t)(j0 * p->vrs) * es, p->vrs, 1.0, w->acc, p->Ev) < 0)
             return -1;
     }
     int64_t row0 = b * p->L + r0;
@@ -378,13 +379,13 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
     }
     for (int64_t r0 = 0; r0 < p->L; r0 += BR) {
         int64_t nr = p->L - r0 < BR ? p->L - r0 : BR;
-        const char *qi = q + (size_t)(r0 * p->E) * es, *goi = g->go + (size_t)(r0 * p->Ev) * es;
+        const char *qi = q + (size_t)(r0 * p->qrs) * es, *goi = g->go + (size_t)(r0 * p->Ev) * es;
         for (int64_t j0 = 0, jend = key_end(p, r0 + nr); j0 < jend; j0 += BC) {
             int64_t nc = jend - j0 < BC ? jend - j0 : BC;
-            const char *kj = k + (size_t)(j0 * p->E) * es, *vj = v + (size_t)(j0 * p->Ev) * es;
+            const char *kj = k + (size_t)(j0 * p->krs) * es, *vj = v + (size_t)(j0 * p->vrs) * es;
             int rc = score_tile(p, b, r0, nr, j0, nc, w->t, w->s);
             /* dPd = dO_i V_j^T [nr, nc] */
-            rc |= tg__gemm(dt, true, false, true, nr, nc, p->Ev, 1.0, goi, p->Ev, vj, p->Ev, 0.0,
+            rc |= tg__gemm(dt, true, false, true, nr, nc, p->Ev, 1.0, goi, p->Ev, vj, p->vrs, 0.0,
                            w->t2, BC);
             if (rc < 0)
                 return -1;
@@ -394,10 +395,10 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
                 rc |= tg__gemm(dt, true, true, false, nc, p->Ev, nr, 1.0, w->t2, BC, goi, p->Ev,
                                1.0, g->dv + (size_t)(j0 * p->Ev) * es, p->Ev);
             if (g->dk)
-                rc |= tg__gemm(dt, true, true, false, nc, p->E, nr, p->scale, w->t, BC, qi, p->E,
+                rc |= tg__gemm(dt, true, true, false, nc, p->E, nr, p->scale, w->t, BC, qi, p->qrs,
                                1.0, g->dk + (size_t)(j0 * p->E) * es, p->E);
             if (g->dq)
-                rc |= tg__gemm(dt, true, false, false, nr, p->E, nc, p->scale, w->t, BC, kj, p->E,
+                rc |= tg__gemm(dt, true, false, false, nr, p->E, nc, p->scale, w->t, BC, kj, p->krs,
                                1.0, g->dq + (size_t)(r0 * p->E) * es, p->E);
             if (rc < 0)
                 return -1;
@@ -503,13 +504,36 @@ static int plan_shapes(attn_plan *p, const tg_tensor *q, const tg_tensor *k, con
     return 0;
 }
 
-/* Points p at the contiguous copies (or the tensors themselves). */
+/* The stride between t's rows (its last two dims [rows, cols]) as a GEMM
+ * reads them: the row length itself when there is one row. */
+static int64_t row_stride(const tg_tensor *t)
+{
+    int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
+    return rows > 1 ? t->stride[t->ndim - 2] : cols > 0 ? cols : 1;
+}
+
+/* t itself (a new reference) when the kernels can read it in place: unit
+ * steps along each row, rows that do not overlap, batch strides of any
+ * size. The heads of a packed q/k/v projection are such views. Otherwise
+ * a contiguous copy; NULL when out of memory. */
+static tg_tensor *readable(const tg_tensor *t)
+{
+    int n = t->ndim;
+    int64_t cols = t->shape[n - 1];
+    bool ok = (cols <= 1 || t->stride[n - 1] == 1) && row_stride(t) >= cols;
+    for (int d = 0; ok && d < n; d++)
+        ok = t->stride[d] >= 0;
+    return ok ? tg_retain((tg_tensor *)t) : tg__contiguous(t);
+}
+
+/* Points p at q, k and v as readable() gave them. */
 static void plan_data(attn_plan *p, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v)
 {
     p->q = tg__ptr(q), p->k = tg__ptr(k), p->v = tg__ptr(v);
     batch_strides(p, q, p->qb);
     batch_strides(p, k, p->kb);
     batch_strides(p, v, p->vb);
+    p->qrs = row_stride(q), p->krs = row_stride(k), p->vrs = row_stride(v);
 }
 
 /* p's dropout fields for probability dropout_p and key. */
@@ -536,8 +560,8 @@ static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
     }
     if (plan_shapes(&p, n->inputs[0], n->inputs[1], n->inputs[2], n->saved[2]) < 0)
         return -1;
-    tg_tensor *q = tg__contiguous(n->inputs[0]), *k = tg__contiguous(n->inputs[1]);
-    tg_tensor *v = tg__contiguous(n->inputs[2]), *go = tg__contiguous(g), *o = tg__contiguous(out);
+    tg_tensor *q = readable(n->inputs[0]), *k = readable(n->inputs[1]);
+    tg_tensor *v = readable(n->inputs[2]), *go = tg__contiguous(g), *o = tg__contiguous(out);
     /* Gradients over the broadcast batch shape; the engine sums them back. */
     int64_t shape[TG_MAX_DIMS];
     memcpy(shape, p.bshape, sizeof shape);
@@ -634,7 +658,7 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
     shape[p.nbd] = p.L, shape[p.nbd + 1] = p.Ev;
     tg_tensor *out = new_output(&p, shape);                             /* [..., L, Ev] */
     tg_tensor *lse = tg__empty(TG_FLOAT64, 1, (int64_t[]){p.nb * p.L}); /* [nb * L] */
-    tg_tensor *qc = tg__contiguous(q), *kc = tg__contiguous(k), *vc = tg__contiguous(v);
+    tg_tensor *qc = readable(q), *kc = readable(k), *vc = readable(v);
     bool ok = out && lse && qc && kc && vc;
     if (ok) {
         plan_data(&p, qc, kc, vc);

@@ -325,6 +325,38 @@ START_TEST(sdpa_uses_the_fused_op_when_it_can)
 }
 END_TEST
 
+/* q, k or v's heads from a packed projection qkv [2, 70, 24] (E = 8, two
+ * heads of 4): rows 24 elements apart, read in place by the fused op. 70
+ * rows cross the 64-row tiles, so row offsets are taken. */
+static tg_tensor *packed_heads(tg_tensor *qkv, int i)
+{
+    tg_tensor *x = tg_reshape(tg_narrow(qkv, 2, i * 8, 8), 4, SHAPE(2, 70, 2, 4));
+    return tg_transpose(x, 1, 2); /* [2, 2, 70, 4] */
+}
+
+START_TEST(fused_reads_packed_heads_in_place)
+{
+    tg_scope_begin();
+    tg_rng *rng = tg_rng_new(41);
+    tg_tensor *qkv = leaf(rng, TG_FLOAT64, 3, SHAPE(2, 70, 24));
+    tg_tensor *w = tg_randn(rng, TG_FLOAT64, 4, SHAPE(2, 2, 70, 4));
+    tg_rng_free(rng);
+    tg_tensor *out[2], *grad[2];
+    for (int r = 0; r < 2; r++) {
+        tg_tensor *q = packed_heads(qkv, 0), *k = packed_heads(qkv, 1), *v = packed_heads(qkv, 2);
+        ck_assert(!tg_is_contiguous(q));
+        out[r] = r == 0 ? fused_dropout(q, k, v, NULL, true, 0, 0.2, 5)
+                        : composed_dropout(q, k, v, NULL, true, 0.5, 0.2, 5);
+        ck_assert_int_eq(tg_backward(out[r], w), 0);
+        grad[r] = tg_grad(qkv);
+        tg_zero_grad(qkv);
+    }
+    assert_close("packed heads out", out[0], out[1], 1e-12);
+    assert_close("packed heads dqkv", grad[0], grad[1], 1e-12);
+    tg_scope_end();
+}
+END_TEST
+
 /* Dropout inside the fused op drops the weights the composition's
  * tg_dropout drops, for the same seed: on both sides of the tile edges,
  * with masks, causal or not, and with [B, H] heads (whose output the fused
@@ -421,6 +453,7 @@ int main(void)
     tcase_add_test(tc, fused_fully_masked_row_gives_zeros_and_zero_gradient);
     tcase_add_test(tc, fused_without_keys_gives_zeros);
     tcase_add_test(tc, sdpa_uses_the_fused_op_when_it_can);
+    tcase_add_test(tc, fused_reads_packed_heads_in_place);
     tcase_add_test(tc, fused_dropout_matches_composition);
     tcase_add_test(tc, fused_dropout_is_seeded_and_changes_the_output);
     tcase_add_test(tc, fused_rejects_bad_arguments);
