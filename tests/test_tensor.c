@@ -663,12 +663,20 @@ static tg_tensor *floats(int64_t n)
     return t;
 }
 
-START_TEST(released_storage_serves_the_next_tensor_of_its_size)
+/* The buffer of a tensor of n floats made and released: it now waits in
+ * the cache (emptied first, so nothing else does). */
+static void *released_buffer(int64_t n)
 {
     tg_release_cached_memory();
-    tg_tensor *a = floats(300000);
-    void *p = tg_data(a);
-    tg_release(a);
+    tg_tensor *t = floats(n);
+    void *p = tg_data(t);
+    tg_release(t);
+    return p;
+}
+
+START_TEST(released_storage_serves_the_next_tensor_of_its_size)
+{
+    void *p = released_buffer(300000);
     tg_tensor *b = floats(300000);
     ck_assert_ptr_eq(tg_data(b), p);
     tg_release(b);
@@ -679,14 +687,11 @@ END_TEST
  * size waits, and goes back to its own size afterwards. */
 START_TEST(a_smaller_request_borrows_a_larger_buffer_and_returns_it)
 {
-    tg_release_cached_memory();
-    tg_tensor *big = floats(400000);
-    void *p = tg_data(big);
-    tg_release(big);
+    void *p = released_buffer(400000);
     tg_tensor *small = floats(250000);
     ck_assert_ptr_eq(tg_data(small), p);
     tg_release(small);
-    big = floats(400000);
+    tg_tensor *big = floats(400000);
     ck_assert_ptr_eq(tg_data(big), p);
     tg_release(big);
 }
@@ -696,13 +701,10 @@ END_TEST
  * its own buffer and the large one still waits for its own size. */
 START_TEST(a_request_under_half_the_size_does_not_borrow)
 {
-    tg_release_cached_memory();
-    tg_tensor *big = floats(1000000);
-    void *p = tg_data(big);
-    tg_release(big);
+    void *p = released_buffer(1000000);
     tg_tensor *small = floats(200000);
     ck_assert_ptr_ne(tg_data(small), p);
-    big = floats(1000000);
+    tg_tensor *big = floats(1000000);
     ck_assert_ptr_eq(tg_data(big), p);
     tg_release(small);
     tg_release(big);
