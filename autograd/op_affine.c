@@ -37,6 +37,17 @@ static int check_args(const char *fn, const tg_tensor *x, const tg_tensor *w,
     return 0;
 }
 
+/* dbias: gc (the upstream gradient, contiguous) summed over every leading
+ * dim, into *db. 0, or -1 when out of memory. */
+static int bias_grad(const tg_tensor *gc, tg_tensor **db)
+{
+    int dims[TG_MAX_DIMS];
+    for (int d = 0; d < gc->ndim - 1; d++)
+        dims[d] = d;
+    *db = gc->ndim > 1 ? tg_sum(gc, dims, gc->ndim - 1, false) : tg__ret(tg_retain(gc));
+    return *db ? 0 : -1;
+}
+
 /* The gradients of y = xv @ w^T + b given gy, with xv the values the product
  * read (x itself, or a function of it), w = inputs[wi] and b = inputs[wi+1].
  * dxv [..., in] when want_dxv, into *dxv (owned by the caller); dw and db
@@ -59,13 +70,8 @@ static int product_grads(tg_node *n, int wi, const tg_tensor *gy, const tg_tenso
     if (rc == 0 && dw && tg__gemm(xv->dtype, false, true, false, out, in, rows, 1.0,
                                   tg__ptr(gc), out, tg__ptr(xv), in, 0.0, tg__ptr(dw), in) < 0)
         rc = -1;
-    if (rc == 0 && needs[1]) { /* dbias: dy summed over every leading dim */
-        int dims[TG_MAX_DIMS];
-        for (int d = 0; d < gy->ndim - 1; d++)
-            dims[d] = d;
-        grads[1] = gy->ndim > 1 ? tg_sum(gc, dims, gy->ndim - 1, false) : tg__ret(tg_retain(gc));
-        rc = grads[1] ? 0 : -1;
-    }
+    if (rc == 0 && needs[1])
+        rc = bias_grad(gc, &grads[1]);
     tg_release(gc);
     tg_release(wc);
     if (rc < 0) {
@@ -136,22 +142,83 @@ static tg__unary_kind gelu_of(int64_t kind)
     return kind == TG_GELU_TANH ? TG_UN_GELU_TANH : TG_UN_GELU_ERF;
 }
 
+/* Rows of h per block in the backward below: about 4 MiB of them. */
+static int64_t block_rows(int64_t in, size_t es)
+{
+    int64_t r = (int64_t)((4u << 20) / ((size_t)(in > 0 ? in : 1) * es));
+    return r > 0 ? r : 1;
+}
+
+/* Rows [r0, r0 + nr) of the contiguous [rows, in] data behind t, a view. */
+static tg_tensor *row_block(const tg_tensor *t, int64_t r0, int64_t nr, int64_t in)
+{
+    return tg__view(t, 2, (int64_t[]){nr, in}, (int64_t[]){in, 1}, t->offset + r0 * in);
+}
+
+/* One block of rows of the backward below: with hb = h's rows and gb the
+ * upstream gradient's, dw (+)= gb^T GELU(hb) (accumulating when first is
+ * false) and dh's rows = (gb w) * GELU'(hb). 0, or -1 when out of memory. */
+static int gelu_affine_block(tg_node *n, const tg_tensor *hb, const char *gb,
+                             const tg_tensor *wc, void *dw, char *dh, bool first)
+{
+    tg_dtype dt = hb->dtype;
+    int64_t nr = hb->shape[0], in = hb->shape[1], out = n->inputs[1]->shape[0];
+    tg__binary_kind k = n->iargs[0] == TG_GELU_TANH ? TG_BIN_GELU_TANH_GRAD : TG_BIN_GELU_ERF_GRAD;
+    int rc = 0;
+    if (dw) {
+        tg_tensor *a = tg__unary(hb, gelu_of(n->iargs[0]), 0);
+        rc = a ? tg__gemm(dt, false, true, false, out, in, nr, 1.0, gb, out, tg__ptr(a), in,
+                          first ? 0.0 : 1.0, dw, in)
+               : -1;
+        tg_release(a);
+    }
+    if (rc == 0 && dh) {
+        tg_tensor *da = tg__empty_uninit(dt, 2, (int64_t[]){nr, in}), *d = NULL;
+        rc = da ? tg__gemm(dt, false, false, false, nr, in, out, 1.0, gb, out, tg__ptr(wc), in,
+                           0.0, tg__ptr(da), in)
+                : -1;
+        if (rc == 0 && (d = tg__binary(da, hb, k)) != NULL)
+            memcpy(dh, tg__ptr(d), (size_t)(nr * in) * tg_dtype_size(dt));
+        rc = rc == 0 && d ? 0 : -1;
+        tg_release(da);
+        tg_release(d);
+    }
+    return rc;
+}
+
 /* saved: none; iargs[0]: the GELU kind. GELU(h) is computed again here
- * rather than kept since the forward: that is the point of the op. */
+ * rather than kept since the forward: that is the point of the op. It is
+ * made a block of rows at a time, each block's dh beside it, so that backward
+ * holds dh alone at h's size rather than also GELU(h) and its gradient. */
 static int gelu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 {
-    tg_tensor *hc = tg__contiguous(n->inputs[0]);
-    tg_tensor *a = hc ? tg__unary(hc, gelu_of(n->iargs[0]), 0) : NULL, *da = NULL;
-    int rc = a ? product_grads(n, 1, g, a, n->needs[0], &da, grads) : -1;
-    if (rc == 0 && da) { /* dh = da * GELU'(h) */
-        tg__binary_kind k = n->iargs[0] == TG_GELU_TANH ? TG_BIN_GELU_TANH_GRAD
-                                                          : TG_BIN_GELU_ERF_GRAD;
-        grads[0] = tg__ret(tg__binary(da, hc, k));
-        rc = grads[0] ? 0 : -1;
+    const tg_tensor *w = n->inputs[1];
+    tg_dtype dt = g->dtype;
+    size_t es = tg_dtype_size(dt);
+    int64_t out = w->shape[0], in = w->shape[1];
+    tg_tensor *hc = tg__contiguous(n->inputs[0]), *gc = tg__contiguous(g);
+    tg_tensor *wc = n->needs[0] ? tg__contiguous(w) : NULL;
+    tg_tensor *dh = n->needs[0] && hc ? tg__empty_uninit_like(hc) : NULL; /* all written */
+    tg_tensor *dw = n->needs[1] ? tg__empty(dt, 2, w->shape) : NULL;      /* 0 with no rows */
+    int rc = hc && gc && (!n->needs[0] || (wc && dh)) && (!n->needs[1] || dw) ? 0 : -1;
+    int64_t rows = hc ? tg__numel(hc->ndim - 1, hc->shape) : 0, step = block_rows(in, es);
+    for (int64_t r0 = 0; rc == 0 && r0 < rows; r0 += step) {
+        int64_t nr = rows - r0 < step ? rows - r0 : step;
+        tg_tensor *hb = row_block(hc, r0, nr, in);
+        rc = hb ? gelu_affine_block(n, hb, (const char *)tg__ptr(gc) + (size_t)(r0 * out) * es,
+                                    wc, dw ? tg__ptr(dw) : NULL,
+                                    dh ? (char *)tg__ptr(dh) + (size_t)(r0 * in) * es : NULL,
+                                    r0 == 0)
+                : -1;
+        tg_release(hb);
     }
-    tg_release(da);
-    tg_release(a);
-    tg_release(hc);
+    if (rc == 0 && n->needs[2])
+        rc = bias_grad(gc, &grads[2]);
+    if (rc == 0) {
+        grads[0] = dh ? tg__ret(tg_retain(dh)) : NULL;
+        grads[1] = dw ? tg__ret(tg_retain(dw)) : NULL;
+    }
+    tg_release(hc), tg_release(gc), tg_release(wc), tg_release(dh), tg_release(dw);
     return rc;
 }
 

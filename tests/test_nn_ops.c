@@ -154,12 +154,18 @@ START_TEST(layer_norm_gradients_match_the_closed_form)
 }
 END_TEST
 
-/* a holds b's values within tol (relative to 1 + |b|). */
+/* a holds b's values within tol (relative to 1 + |b|); both on the heap,
+ * as they may be large. */
 static void assert_same(const tg_tensor *a, const tg_tensor *b, double tol)
 {
+    ck_assert_ptr_nonnull(a);
     ck_assert_ptr_nonnull(b);
-    double *want = values_of(b);
-    assert_values(a, want, tg_numel(b), tol);
+    ck_assert_int_eq(tg_numel(a), tg_numel(b));
+    double *got = values_of(a), *want = values_of(b);
+    for (int64_t i = 0; i < tg_numel(b); i++)
+        ck_assert_msg(fabs(got[i] - want[i]) <= tol * (1 + fabs(want[i])),
+                      "element %lld: %.10g, expected %.10g", (long long)i, got[i], want[i]);
+    free(got);
     free(want);
 }
 
@@ -193,6 +199,41 @@ START_TEST(layer_norm_affine_matches_the_two_ops_it_fuses)
     for (int i = 0; i < 5; i++) {
         tg_release(in[0][i]);
         tg_release(in[1][i]);
+    }
+    tg_rng_free(rng);
+}
+END_TEST
+
+/* tg_gelu_affine against tg_affine(tg_gelu(...)) in float64 with h
+ * [3, 700, 512]: 2100 rows, three of backward's blocks of rows (about 4 MiB
+ * each), the last one partial. Same output and gradients. */
+START_TEST(gelu_affine_matches_the_two_ops_it_fuses_over_several_blocks)
+{
+    tg_rng *rng = tg_rng_new(9);
+    const int64_t *shapes[3] = {SHAPE(3, 700, 512), SHAPE(24, 512), SHAPE(24)};
+    const int ndims[3] = {3, 2, 1};
+    for (int kind = 0; kind < 2; kind++) {
+        tg_gelu_kind gk = kind ? TG_GELU_TANH : TG_GELU_ERF;
+        tg_tensor *in[2][3];
+        for (int i = 0; i < 3; i++) {
+            in[0][i] = tg_randn(rng, TG_FLOAT64, ndims[i], shapes[i]);
+            in[1][i] = tg_to_dtype(in[0][i], TG_FLOAT64); /* a copy */
+            tg_set_requires_grad(in[0][i], true);
+            tg_set_requires_grad(in[1][i], true);
+        }
+        tg_scope_begin();
+        tg_tensor *fused = tg_gelu_affine(in[0][0], gk, in[0][1], in[0][2]);
+        tg_tensor *split = tg_affine(tg_gelu(in[1][0], gk), in[1][1], in[1][2]);
+        assert_same(fused, split, 1e-12);
+        ck_assert_int_eq(tg_backward(tg_sum(tg_mul(fused, fused), NULL, 0, false), NULL), 0);
+        ck_assert_int_eq(tg_backward(tg_sum(tg_mul(split, split), NULL, 0, false), NULL), 0);
+        for (int i = 0; i < 3; i++)
+            assert_same(tg_grad(in[0][i]), tg_grad(in[1][i]), 1e-10);
+        tg_scope_end();
+        for (int i = 0; i < 3; i++) {
+            tg_release(in[0][i]);
+            tg_release(in[1][i]);
+        }
     }
     tg_rng_free(rng);
 }
@@ -567,6 +608,7 @@ int main(void)
     tcase_add_test(ln, layer_norm_gives_bias_gradient_when_only_bias_requires_grad);
     tcase_add_test(ln, layer_norm_rejects_bad_arguments);
     tcase_add_test(ln, layer_norm_affine_matches_the_two_ops_it_fuses);
+    tcase_add_test(ln, gelu_affine_matches_the_two_ops_it_fuses_over_several_blocks);
     suite_add_tcase(s, ln);
     TCase *emb = tcase_checked("embedding");
     tcase_add_test(emb, embedding_picks_rows_for_indices_of_any_shape);
