@@ -369,8 +369,12 @@ static tg_tensor *trunk(const tg_gpt *m, const tg_tensor *idx, kv_cache *caches,
         pp[t] = pos0 + t;
     tg_tensor *x = tg_add(tg_embedding_forward(m->wte, idx), tg_embedding_forward(m->wpe, pos));
     x = maybe_dropout(m, x, p);
-    for (int64_t l = 0; x && l < m->config.n_layer; l++)
-        x = block_forward(m, &m->h[l], x, caches ? &caches[l] : NULL, pos0, p);
+    for (int64_t l = 0; x && l < m->config.n_layer; l++) {
+        /* A block's own scope: what it made and the graph does not keep (the
+         * branches' outputs before each residual add) goes when it ends. */
+        tg_scope_begin();
+        x = tg_scope_end_keep(block_forward(m, &m->h[l], x, caches ? &caches[l] : NULL, pos0, p));
+    }
     return tg_layer_norm_forward(m->ln_f, x);
 }
 
