@@ -94,6 +94,21 @@ static int affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
     return rc;
 }
 
+/* The rows of y (row_bytes each) start as copies of the bias row b; on the
+ * team when par (on one thread this copy costs a small model a few % of
+ * its step). */
+static void fill_rows(char *y, const void *b, size_t row_bytes, int64_t rows, bool par)
+{
+    if (par) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(y + (size_t)r * row_bytes, b, row_bytes);
+    } else {
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(y + (size_t)r * row_bytes, b, row_bytes);
+    }
+}
+
 /* y [..., out] = xc @ weight^T + bias, xc contiguous [..., in]. NULL when
  * out of memory. */
 static tg_tensor *product(const tg_tensor *xc, const tg_tensor *weight, const tg_tensor *bias)
@@ -109,8 +124,7 @@ static tg_tensor *product(const tg_tensor *xc, const tg_tensor *weight, const tg
         size_t es = tg_dtype_size(xc->dtype), row_bytes = (size_t)out * es;
         char *yp = tg__ptr(y);
         if (bc)
-            for (int64_t r = 0; r < rows; r++)
-                memcpy(yp + (size_t)r * row_bytes, tg__ptr(bc), row_bytes);
+            fill_rows(yp, tg__ptr(bc), row_bytes, rows, rows * out > TG_PAR_MIN);
         if (tg__gemm(xc->dtype, false, false, true, rows, out, in, 1.0, tg__ptr(xc), in,
                      tg__ptr(wc), in, bc ? 1.0 : 0.0, yp, out) < 0) {
             tg_release(y);
@@ -157,9 +171,10 @@ static tg_tensor *row_block(const tg_tensor *t, int64_t r0, int64_t nr, int64_t 
 
 /* One block of rows of the backward below: with hb = h's rows and gb the
  * upstream gradient's, dw (+)= gb^T GELU(hb) (accumulating when first is
- * false) and dh's rows = (gb w) * GELU'(hb). 0, or -1 when out of memory. */
+ * false) and dh (those rows of h's gradient) = (gb w) * GELU'(hb). 0, or
+ * -1 when out of memory. */
 static int gelu_affine_block(tg_node *n, const tg_tensor *hb, const char *gb,
-                             const tg_tensor *wc, void *dw, char *dh, bool first)
+                             const tg_tensor *wc, void *dw, tg_tensor *dh, bool first)
 {
     tg_dtype dt = hb->dtype;
     int64_t nr = hb->shape[0], in = hb->shape[1], out = n->inputs[1]->shape[0];
@@ -173,15 +188,13 @@ static int gelu_affine_block(tg_node *n, const tg_tensor *hb, const char *gb,
         tg_release(a);
     }
     if (rc == 0 && dh) {
-        tg_tensor *da = tg__empty_uninit(dt, 2, (int64_t[]){nr, in}), *d = NULL;
+        tg_tensor *da = tg__empty_uninit(dt, 2, (int64_t[]){nr, in});
         rc = da ? tg__gemm(dt, false, false, false, nr, in, out, 1.0, gb, out, tg__ptr(wc), in,
                            0.0, tg__ptr(da), in)
                 : -1;
-        if (rc == 0 && (d = tg__binary(da, hb, k)) != NULL)
-            memcpy(dh, tg__ptr(d), (size_t)(nr * in) * tg_dtype_size(dt));
-        rc = rc == 0 && d ? 0 : -1;
+        if (rc == 0)
+            rc = tg__binary_into(dh, da, hb, k);
         tg_release(da);
-        tg_release(d);
     }
     return rc;
 }
@@ -204,13 +217,13 @@ static int gelu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grad
     int64_t rows = hc ? tg__numel(hc->ndim - 1, hc->shape) : 0, step = block_rows(in, es);
     for (int64_t r0 = 0; rc == 0 && r0 < rows; r0 += step) {
         int64_t nr = rows - r0 < step ? rows - r0 : step;
-        tg_tensor *hb = row_block(hc, r0, nr, in);
-        rc = hb ? gelu_affine_block(n, hb, (const char *)tg__ptr(gc) + (size_t)(r0 * out) * es,
-                                    wc, dw ? tg__ptr(dw) : NULL,
-                                    dh ? (char *)tg__ptr(dh) + (size_t)(r0 * in) * es : NULL,
-                                    r0 == 0)
-                : -1;
+        tg_tensor *hb = row_block(hc, r0, nr, in), *db = dh ? row_block(dh, r0, nr, in) : NULL;
+        rc = hb && (!dh || db) ? gelu_affine_block(n, hb,
+                                                   (const char *)tg__ptr(gc) + (size_t)(r0 * out) * es,
+                                                   wc, dw ? tg__ptr(dw) : NULL, db, r0 == 0)
+                               : -1;
         tg_release(hb);
+        tg_release(db);
     }
     if (rc == 0 && n->needs[2])
         rc = bias_grad(gc, &grads[2]);

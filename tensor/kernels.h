@@ -39,6 +39,10 @@ typedef enum {
 
 /* out = a (kind) b, broadcast; a and b share a float dtype. New tensor. */
 tg_tensor *tg__binary(const tg_tensor *a, const tg_tensor *b, tg__binary_kind kind);
+/* The same into out: contiguous, of the broadcast shape and a's dtype, and
+ * overlapping neither a nor b. 0, or -1 (recorded). */
+int tg__binary_into(tg_tensor *out, const tg_tensor *a, const tg_tensor *b,
+                    tg__binary_kind kind);
 /* out = kind(x, arg); x a float tensor. New tensor. */
 tg_tensor *tg__unary(const tg_tensor *x, tg__unary_kind kind, double arg);
 

@@ -126,15 +126,19 @@ static bool same_shape(const tg_tensor *a, int ndim, const int64_t *shape)
     return a->ndim == ndim && !memcmp(a->shape, shape, (size_t)ndim * sizeof *shape);
 }
 
-tg_tensor *tg__binary(const tg_tensor *a, const tg_tensor *b, tg__binary_kind kind)
+int tg__binary_into(tg_tensor *out, const tg_tensor *a, const tg_tensor *b,
+                    tg__binary_kind kind)
 {
     int ndim;
     int64_t shape[TG_MAX_DIMS];
     if (tg__broadcast_shape("tg__binary", a, b, &ndim, shape) < 0)
-        return NULL;
-    tg_tensor *out = tg__empty_uninit(a->dtype, ndim, shape); /* every element is written */
-    if (!out)
-        return NULL;
+        return -1;
+    if (!same_shape(out, ndim, shape) || !tg_is_contiguous(out) || out->dtype != a->dtype) {
+        tg__fail(TG_ERR_SHAPE, "tg__binary_into: out %s is not a contiguous %s %s",
+                 TG_SHAPE_STR(out), tg_dtype_name(a->dtype),
+                 tg__shape_str((char[96]){0}, 96, ndim, shape));
+        return -1;
+    }
     int64_t n = tg__numel(ndim, shape);
     bool flat = same_shape(a, ndim, shape) && same_shape(b, ndim, shape) &&
                 tg_is_contiguous(a) && tg_is_contiguous(b);
@@ -146,7 +150,7 @@ tg_tensor *tg__binary(const tg_tensor *a, const tg_tensor *b, tg__binary_kind ki
         tg__broadcast_strides(b, ndim, shape, strides[2]);
         tg__iter_init(&it, ndim, shape, 3, (const int64_t(*)[TG_MAX_DIMS])strides);
         if (!it.len)
-            return out;
+            return 0;
     }
     if (a->dtype == TG_FLOAT32 && flat) {
         float *o = tg__ptr(out);
@@ -156,6 +160,20 @@ tg_tensor *tg__binary(const tg_tensor *a, const tg_tensor *b, tg__binary_kind ki
         BINARY_ALL(float);
     else
         BINARY_ALL(double);
+    return 0;
+}
+
+tg_tensor *tg__binary(const tg_tensor *a, const tg_tensor *b, tg__binary_kind kind)
+{
+    int ndim;
+    int64_t shape[TG_MAX_DIMS];
+    if (tg__broadcast_shape("tg__binary", a, b, &ndim, shape) < 0)
+        return NULL;
+    tg_tensor *out = tg__empty_uninit(a->dtype, ndim, shape); /* every element is written */
+    if (out && tg__binary_into(out, a, b, kind) < 0) {
+        tg_release(out);
+        return NULL;
+    }
     return out;
 }
 
