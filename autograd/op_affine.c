@@ -212,9 +212,10 @@ static int gelu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grad
     tg_tensor *hc = tg__contiguous(n->inputs[0]), *gc = tg__contiguous(g);
     tg_tensor *wc = n->needs[0] ? tg__contiguous(w) : NULL;
     tg_tensor *dh = n->needs[0] && hc ? tg__empty_uninit_like(hc) : NULL; /* all written */
-    tg_tensor *dw = n->needs[1] ? tg__empty(dt, 2, w->shape) : NULL;      /* 0 with no rows */
-    int rc = hc && gc && (!n->needs[0] || (wc && dh)) && (!n->needs[1] || dw) ? 0 : -1;
     int64_t rows = hc ? tg__numel(hc->ndim - 1, hc->shape) : 0, step = block_rows(in, es);
+    /* the first block writes dw; with no rows it is 0 */
+    tg_tensor *dw = !n->needs[1] ? NULL : rows ? tg__empty_uninit_like(w) : tg__empty(dt, 2, w->shape);
+    int rc = hc && gc && (!n->needs[0] || (wc && dh)) && (!n->needs[1] || dw) ? 0 : -1;
     for (int64_t r0 = 0; rc == 0 && r0 < rows; r0 += step) {
         int64_t nr = rows - r0 < step ? rows - r0 : step;
         tg_tensor *hb = row_block(hc, r0, nr, in), *db = dh ? row_block(dh, r0, nr, in) : NULL;
