@@ -368,10 +368,10 @@ tg_tensor *tg__sum_to(const tg_tensor *grad, int ndim, const int64_t *shape)
 }
 
 /* grad += g, in place: grad is the leaf's own contiguous tensor. */
-static void add_into(tg_tensor *grad, const tg_tensor *g)
+void tg__add_into(tg_tensor *grad, const tg_tensor *g)
 {
     int64_t n = tg__numel(g->ndim, g->shape);
-    if (n > TG_PAR_MIN && tg_is_contiguous(g)) { /* a large weight's gradient */
+    if (n > TG_PAR_MIN && tg_is_contiguous(g) && tg_is_contiguous(grad)) { /* a large one */
         if (grad->dtype == TG_FLOAT32) {
             float *d = tg__ptr(grad);
             const float *s = tg__ptr(g);
@@ -419,21 +419,48 @@ static int accumulate(tg_tensor *input, tg_tensor *g)
             input->grad = tg__convert(g, input->dtype); /* a copy nobody else sees */
             return input->grad ? 0 : -1;
         }
-        add_into(input->grad, g);
+        tg__add_into(input->grad, g);
         return 0;
     }
     tg_node *node = input->node;
     if (!node->grad) {
         node->grad = tg_retain(g);
+        node->grad_own = false;
+        return 0;
+    }
+    if (node->grad_own) { /* a sum of ours already: add in place */
+        tg__add_into(node->grad, g);
         return 0;
     }
     tg_tensor *sum = tg_add(node->grad, g);
     if (!sum)
         return -1;
-    tg_retain(sum); /* sum is held by the open scope too */
+    tg_retain(sum); /* the open scope holds it too, and only to release it */
     tg_release(node->grad);
     node->grad = sum;
+    node->grad_own = true;
     return 0;
+}
+
+const char tg__grad_added = 0;
+
+tg_tensor *tg__grad_target(tg_node *node, int i)
+{
+    tg_tensor *input = node->inputs[i];
+    tg_node *producer = input->node;
+    tg_tensor **slot = producer ? &producer->grad : &input->grad; /* a leaf's .grad is its own */
+    bool own = producer ? producer->grad_own : true;
+    if (!*slot || !own) {
+        tg_tensor *t = *slot ? tg__convert(*slot, input->dtype) /* a copy of our own */
+                             : tg__empty(input->dtype, input->ndim, input->shape);
+        if (!t)
+            return NULL;
+        tg_release(*slot);
+        *slot = t;
+        if (producer)
+            producer->grad_own = true;
+    }
+    return *slot;
 }
 
 /* Checks one input gradient that a backward function produced and brings it
@@ -480,6 +507,12 @@ static int run_node(tg_node *node)
     for (int i = 0; rc == 0 && i < node->n_inputs; i++) {
         if (!node->needs[i])
             continue;
+        if (gs[i] == TG_GRAD_ADDED) { /* the backward added it in place */
+            const tg_tensor *in = node->inputs[i];
+            if (anomaly && anomalous_gradient(node, i, in->node ? in->node->grad : in->grad))
+                rc = -1;
+            continue;
+        }
         if (anomaly && anomalous_gradient(node, i, gs[i])) {
             rc = -1;
             break;

@@ -39,6 +39,7 @@ struct tg_node {
     /* engine state */
     bool freed;        /* backward already ran through here */
     tg_tensor *grad;   /* upstream gradient accumulated during backward */
+    bool grad_own;     /* grad is a buffer the engine made and alone holds */
     int64_t visit;     /* marks nodes during the topological sort */
 };
 
@@ -57,6 +58,19 @@ tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
  * output with tg__alias(out), never out itself: out -> node -> out would be a
  * cycle that is never freed. */
 void tg__save(tg_node *node, int slot, tg_tensor *t);
+
+/* For a backward that adds its gradient for input i in place rather than
+ * handing a tensor back: the gradient input i has gathered so far, as a
+ * contiguous buffer of its shape and dtype that only the engine holds
+ * (zeros when none has arrived). NULL when out of memory. The backward adds
+ * into it (tg__add_into) and sets grads[i] to TG_GRAD_ADDED. A slice's
+ * gradient then costs the slice, not a zero-filled whole per slice. */
+tg_tensor *tg__grad_target(tg_node *node, int i);
+extern const char tg__grad_added;
+#define TG_GRAD_ADDED ((tg_tensor *)(void *)&tg__grad_added)
+
+/* dst += src, elementwise; same shape and float dtype, any layouts. */
+void tg__add_into(tg_tensor *dst, const tg_tensor *src);
 
 /* A gradient of the shape of the output broadcast from (ndim, shape),
  * summed back to that shape: new reference. */

@@ -252,23 +252,20 @@ tg_tensor *tg_squeeze(const tg_tensor *x, int dim)
 
 /* ---- narrow ------------------------------------------------------------------ */
 
-/* The gradient of a slice: zeros of the input's shape with g in the slice. */
+/* The gradient of a slice: g added into its slice of the input's gradient,
+ * in place (q, k and v narrowed from one projection share one buffer). */
 static int narrow_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 {
-    const tg_tensor *in = n->inputs[0];
     int d = (int)n->iargs[0];
-    tg_tensor *full = tg__empty(in->dtype, in->ndim, in->shape);
-    if (!full)
+    tg_tensor *full = tg__grad_target(n, 0);
+    tg_tensor *slice = full ? tg__view(full, g->ndim, g->shape, full->stride,
+                                       full->offset + n->iargs[1] * full->stride[d])
+                            : NULL;
+    if (!slice)
         return -1;
-    tg_tensor *slice = tg__view(full, g->ndim, g->shape, full->stride,
-                                full->offset + n->iargs[1] * full->stride[d]);
-    if (!slice) {
-        tg_release(full);
-        return -1;
-    }
-    tg__copy(slice, g);
+    tg__add_into(slice, g);
     tg_release(slice);
-    grads[0] = tg__ret(full);
+    grads[0] = TG_GRAD_ADDED;
     return 0;
 }
 

@@ -130,6 +130,38 @@ static tg_tensor *f_contiguous_transposed(tg_tensor *const *x, int n, void *c)
     return tg_contiguous(tg_transpose(x[0], 0, 1));
 }
 
+/* Three slices of one intermediate (as q, k and v of one projection), two
+ * of them overlapping, and the intermediate used whole as well: their
+ * gradients meet in one buffer, in place, whatever order they arrive in. */
+static tg_tensor *f_narrow_slices_of_one(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    tg_tensor *h = tg_tanh(x[0]); /* [3, 4], not a leaf */
+    tg_tensor *a = tg_narrow(h, 1, 0, 2), *b = tg_narrow(h, 1, 1, 2), *d = tg_narrow(h, 1, 2, 2);
+    tg_tensor *y = tg_add(tg_mul(a, b), tg_mul(d, d));
+    return tg_add(tg_sum(tg_mul(y, y), NULL, 0, false), tg_sum(tg_mul(h, h), NULL, 0, false));
+}
+
+/* The same with the whole uses first and three of them (h * h + h): the
+ * slices' gradients then arrive on a sum the engine has already made. */
+static tg_tensor *f_narrow_after_whole_uses(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    tg_tensor *h = tg_tanh(x[0]);
+    tg_tensor *whole = tg_sum(tg_add(tg_mul(h, h), h), NULL, 0, false);
+    tg_tensor *a = tg_narrow(h, 1, 0, 2), *b = tg_narrow(h, 1, 1, 3);
+    tg_tensor *parts = tg_add(tg_sum(tg_mul(a, a), NULL, 0, false), tg_sum(tg_exp(b), NULL, 0, false));
+    return tg_add(whole, parts);
+}
+
+/* Slices of a leaf: the leaf's .grad is the buffer they add into. */
+static tg_tensor *f_narrow_slices_of_leaf(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    tg_tensor *a = tg_narrow(x[0], 0, 0, 2), *b = tg_narrow(x[0], 0, 1, 2);
+    return tg_sum(tg_mul(tg_mul(a, b), a), NULL, 0, false);
+}
+
 const gc_case cases_shape[] = {
     {"transpose_3d", f_transpose_3d, one_2x3x4, 0, 0},
     {"permute_3d", f_permute_3d, one_2x3x4, 0, 0},
@@ -138,6 +170,9 @@ const gc_case cases_shape[] = {
     {"reshape_sliced_rows_as_view", f_reshape_sliced_rows, one_3x4, 0, 0},
     {"narrow", f_narrow, one_3x4, 0, 0},
     {"narrow_transposed", f_narrow_transposed, one_3x4, 0, 0},
+    {"narrow_slices_of_one_intermediate", f_narrow_slices_of_one, one_3x4, 0, 0},
+    {"narrow_slices_of_a_leaf", f_narrow_slices_of_leaf, one_3x4, 0, 0},
+    {"narrow_after_whole_uses", f_narrow_after_whole_uses, one_3x4, 0, 0},
     {"expand_3x1_to_2x3x4", f_expand, one_3x1, 0, 0},
     {"unsqueeze_squeeze_transposed", f_unsqueeze_squeeze, one_3x4, 0, 0},
     {"concat_transposed_and_contiguous_dim0", f_concat_rows, transposed_and_rows, 0, 0},
