@@ -171,13 +171,60 @@ int tg__sgemm_thin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
     return 0;
 }
 
-/* Row i of C from op(A)'s row i and bt (K x NV*16): NV is a constant where
- * this is inlined, so the row's accumulators live in registers. */
+/* Stores one row of C from its accumulators: alpha * acc (+ beta * C). */
+static inline __attribute__((always_inline)) void tiny_store(const int NV, const lanes *acc,
+                                                             int64_t n, float alpha, float beta,
+                                                             float *out)
+{
+    if (n == NV * LANES && beta == 0) { /* whole vectors */
+        for (int v = 0; v < NV; v++) {
+            lanes o = alpha * acc[v];
+            memcpy(out + v * LANES, &o, sizeof o);
+        }
+        return;
+    }
+    float row[NV * LANES];
+    memcpy(row, acc, sizeof row);
+    if (beta == 0)
+        for (int64_t j = 0; j < n; j++)
+            out[j] = alpha * row[j];
+    else
+        for (int64_t j = 0; j < n; j++)
+            out[j] = alpha * row[j] + beta * out[j];
+}
+
+/* Rows of C from op(A)'s rows and bt (K rows of NV*16, ldbt apart), four rows at a time and
+ * then one: NV is a constant where this is inlined, so the accumulators
+ * live in registers, and four rows give the FMA units four independent
+ * chains where one row's K dependent FMAs would each wait on the last.
+ * Each element still sums over p in order. */
 static inline __attribute__((always_inline)) void tiny_rows(
     const int NV, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t sa_i,
-    int64_t sa_p, const float *bt, float beta, float *c, int64_t ldc)
+    int64_t sa_p, const float *bt, int64_t ldbt, float beta, float *c, int64_t ldc)
 {
-    for (int64_t i = 0; i < m; i++) {
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+        lanes c0[NV], c1[NV], c2[NV], c3[NV];
+        for (int v = 0; v < NV; v++)
+            c0[v] = c1[v] = c2[v] = c3[v] = (lanes){0};
+        const float *a0 = a + i * sa_i, *a1 = a0 + sa_i, *a2 = a1 + sa_i, *a3 = a2 + sa_i;
+        for (int64_t p = 0; p < k; p++) {
+            float s0 = a0[p * sa_p], s1 = a1[p * sa_p], s2 = a2[p * sa_p], s3 = a3[p * sa_p];
+            for (int v = 0; v < NV; v++) {
+                lanes bv;
+                load_lanes(&bv, bt + p * ldbt + v * LANES);
+                c0[v] += s0 * bv;
+                c1[v] += s1 * bv;
+                c2[v] += s2 * bv;
+                c3[v] += s3 * bv;
+            }
+        }
+        tiny_store(NV, c0, n, alpha, beta, c + i * ldc);
+        tiny_store(NV, c1, n, alpha, beta, c + (i + 1) * ldc);
+        tiny_store(NV, c2, n, alpha, beta, c + (i + 2) * ldc);
+        tiny_store(NV, c3, n, alpha, beta, c + (i + 3) * ldc);
+    }
+    for (; i < m; i++) {
         lanes acc[NV];
         for (int v = 0; v < NV; v++)
             acc[v] = (lanes){0};
@@ -185,15 +232,11 @@ static inline __attribute__((always_inline)) void tiny_rows(
             float s = a[i * sa_i + p * sa_p];
             for (int v = 0; v < NV; v++) {
                 lanes bv;
-                load_lanes(&bv, bt + (p * NV + v) * LANES);
+                load_lanes(&bv, bt + p * ldbt + v * LANES);
                 acc[v] += s * bv;
             }
         }
-        float row[NV * LANES];
-        memcpy(row, acc, sizeof row);
-        float *out = c + i * ldc;
-        for (int64_t j = 0; j < n; j++)
-            out[j] = beta == 0 ? alpha * row[j] : alpha * row[j] + beta * out[j];
+        tiny_store(NV, acc, n, alpha, beta, c + i * ldc);
     }
 }
 
@@ -207,15 +250,30 @@ static void tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
     for (int64_t j0 = 0; j0 < n; j0 += TG_GEMM_TINY_MAX_N) {
         int64_t nb = n - j0 < TG_GEMM_TINY_MAX_N ? n - j0 : TG_GEMM_TINY_MAX_N;
         int nv = (int)((nb + LANES - 1) / LANES);
-        for (int64_t p = 0; p < k; p++)
-            for (int64_t j = 0; j < nv * LANES; j++)
-                bt[p * nv * LANES + j] =
-                    j >= nb ? 0 : trans_b ? b[(j0 + j) * ldb + p] : b[p * ldb + j0 + j];
+        int64_t w = nv * LANES, ldbt = w;
+        const float *bp = bt;
+        if (!trans_b && nb == w) { /* whole vectors of B's rows: read in place */
+            bp = b + j0, ldbt = ldb;
+        } else if (trans_b) { /* B stored n x k: bt's row p is B's column p */
+            for (int64_t p = 0; p < k; p++) {
+                for (int64_t j = 0; j < nb; j++)
+                    bt[p * w + j] = b[(j0 + j) * ldb + p];
+                for (int64_t j = nb; j < w; j++)
+                    bt[p * w + j] = 0;
+            }
+        } else {
+            for (int64_t p = 0; p < k; p++) {
+                for (int64_t j = 0; j < nb; j++)
+                    bt[p * w + j] = b[p * ldb + j0 + j];
+                for (int64_t j = nb; j < w; j++)
+                    bt[p * w + j] = 0;
+            }
+        }
         switch (nv) {
-        case 1: tiny_rows(1, m, nb, k, alpha, a, sa_i, sa_p, bt, beta, c + j0, ldc); break;
-        case 2: tiny_rows(2, m, nb, k, alpha, a, sa_i, sa_p, bt, beta, c + j0, ldc); break;
-        case 3: tiny_rows(3, m, nb, k, alpha, a, sa_i, sa_p, bt, beta, c + j0, ldc); break;
-        default: tiny_rows(4, m, nb, k, alpha, a, sa_i, sa_p, bt, beta, c + j0, ldc); break;
+        case 1: tiny_rows(1, m, nb, k, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
+        case 2: tiny_rows(2, m, nb, k, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
+        case 3: tiny_rows(3, m, nb, k, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
+        default: tiny_rows(4, m, nb, k, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
         }
     }
 }
