@@ -79,32 +79,63 @@ static bool fast_rows(const tg_tensor *logits, const ce_geometry *g)
     return logits->dtype == TG_FLOAT32 && g->class_stride == 1;
 }
 
-/* The difference in double: logits of 1e4 lose nothing to the shift. */
+/* out[r, c] = exp(x[r, c] - shift[r]) over rows of n adjacent floats (x's
+ * rows row_stride apart, out's n apart). The differences are taken in
+ * double (logits of 1e4 lose nothing to the shift) row by row, then the
+ * exps run over all rows as one flat array, so that a handful of classes
+ * per row still fills the vectors. */
 TG_VECTOR_CLONES
-static void exp_shifted(const float *x, int64_t n, double shift, float *out)
+static void exp_shifted(const float *x, int64_t rows, int64_t n, int64_t row_stride,
+                        const double *shift, float *out)
 {
-    for (int64_t c = 0; c < n; c++)
-        out[c] = tg__expf((float)((double)x[c] - shift));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < n; c++)
+            out[r * n + c] = (float)((double)x[r * row_stride + c] - shift[r]);
+    for (int64_t i = 0; i < rows * n; i++)
+        out[i] = tg__expf(out[i]);
 }
 
-/* log(sum_c exp(logits[r, c])), shifted by the row's max so that logits of
- * +-1e4 neither overflow nor underflow. buf: classes floats of scratch. */
-static double row_logsumexp(const tg_tensor *logits, const ce_geometry *g, int64_t r, float *buf)
+/* The row's largest logit (-inf for a row of -inf; +inf when one is). */
+static double row_max(const tg_tensor *logits, const ce_geometry *g, int64_t r)
 {
-    double m = -INFINITY, s = 0;
+    double m = -INFINITY;
     for (int64_t c = 0; c < g->classes; c++)
         m = fmax(m, logit_at(logits, g, r, c));
-    if (isinf(m))
-        return m; /* all -inf (log 0) or some +inf: nothing finite to shift by */
+    return m;
+}
+
+/* lse[r] = log(sum_c exp(logits[r, c])) for every row, shifted by the row's
+ * max so that logits of +-1e4 neither overflow nor underflow; a row whose
+ * max is infinite has nothing finite to shift by and gets the max. 0, or
+ * -1 when out of memory. */
+static int rows_logsumexp(const tg_tensor *logits, const ce_geometry *g, double *lse)
+{
+    for (int64_t r = 0; r < g->rows; r++)
+        lse[r] = row_max(logits, g, r);
     if (fast_rows(logits, g)) {
-        exp_shifted((const float *)tg__ptr(logits) + r * g->row_stride, g->classes, m, buf);
-        for (int64_t c = 0; c < g->classes; c++)
-            s += buf[c];
-        return m + log(s);
+        tg_tensor *e = tg__empty_uninit(TG_FLOAT32, 1, (int64_t[]){g->rows * g->classes});
+        if (!e)
+            return -1;
+        float *ep = tg__ptr(e);
+        exp_shifted(tg__ptr(logits), g->rows, g->classes, g->row_stride, lse, ep);
+        for (int64_t r = 0; r < g->rows; r++) {
+            double s = 0;
+            for (int64_t c = 0; c < g->classes; c++)
+                s += ep[r * g->classes + c];
+            lse[r] = isinf(lse[r]) ? lse[r] : lse[r] + log(s);
+        }
+        tg_release(e);
+        return 0;
     }
-    for (int64_t c = 0; c < g->classes; c++)
-        s += exp(logit_at(logits, g, r, c) - m);
-    return m + log(s);
+    for (int64_t r = 0; r < g->rows; r++) {
+        double m = lse[r], s = 0;
+        if (isinf(m))
+            continue;
+        for (int64_t c = 0; c < g->classes; c++)
+            s += exp(logit_at(logits, g, r, c) - m);
+        lse[r] = m + log(s);
+    }
+    return 0;
 }
 
 /* dlogits = (softmax - onehot) * g / count on kept rows, 0 on ignored rows.
@@ -120,14 +151,18 @@ static int cross_entropy_backward(tg_node *n, const tg_tensor *grad, tg_tensor *
     tg_tensor *d = tg__empty(logits->dtype, logits->ndim, logits->shape); /* zero-filled */
     if (!d)
         return -1;
+    bool fast = fast_rows(logits, &g);
+    if (fast) /* every row's softmax at once; ignored rows are zeroed below */
+        exp_shifted(tg__ptr(logits), g.rows, g.classes, g.row_stride, lse, tg__ptr(d));
     for (int64_t r = 0; r < g.rows; r++) {
         int64_t t = target_at(targets, &g, r);
-        if (t == n->iargs[0])
+        if (t == n->iargs[0]) {
+            if (fast)
+                memset((float *)tg__ptr(d) + r * g.classes, 0, sizeof(float) * (size_t)g.classes);
             continue;
-        if (fast_rows(logits, &g)) { /* d's row r: softmax, less 1 at t, scaled */
+        }
+        if (fast) { /* d's row r: softmax, less 1 at t, scaled */
             float *dr = (float *)tg__ptr(d) + r * g.classes;
-            exp_shifted((const float *)tg__ptr(logits) + r * g.row_stride, g.classes, lse[r],
-                        dr);
             for (int64_t c = 0; c < g.classes; c++)
                 dr[c] = (float)(((double)dr[c] - (c == t)) * scale);
             continue;
@@ -160,16 +195,12 @@ tg_tensor *tg_cross_entropy(const tg_tensor *logits, const tg_tensor *targets,
         return tg__finish(NULL, TG_OP_CROSS_ENTROPY, cross_entropy_backward, 2,
                           (const tg_tensor *[]){logits, targets}, NULL);
     }
-    /* scratch for one row's exps: on the stack for a usual vocabulary */
-    float small[1024], *buf = NULL;
-    if (fast_rows(logits, &g))
-        buf = g.classes <= 1024 ? small : malloc(sizeof(float) * (size_t)g.classes);
-    if (fast_rows(logits, &g) && !buf) {
+    double *lp = tg__ptr(lse);
+    if (rows_logsumexp(logits, &g, lp) < 0) {
         tg_release(lse);
         tg_release(out);
-        tg__fail(TG_ERR_NOMEM, "tg_cross_entropy: out of memory for %lld classes of scratch",
-                 (long long)g.classes);
-        return NULL;
+        return tg__finish(NULL, TG_OP_CROSS_ENTROPY, cross_entropy_backward, 2,
+                          (const tg_tensor *[]){logits, targets}, NULL);
     }
     double total = 0;
     int64_t count = 0;
@@ -177,13 +208,9 @@ tg_tensor *tg_cross_entropy(const tg_tensor *logits, const tg_tensor *targets,
         int64_t t = target_at(targets, &g, r);
         if (t == ignore_index)
             continue;
-        double l = row_logsumexp(logits, &g, r, buf);
-        ((double *)tg__ptr(lse))[r] = l;
-        total += l - logit_at(logits, &g, r, t);
+        total += lp[r] - logit_at(logits, &g, r, t);
         count++;
     }
-    if (buf != small)
-        free(buf);
     double loss = count ? total / (double)count : NAN; /* all ignored: NaN, as PyTorch */
     if (out->dtype == TG_FLOAT32)
         *(float *)tg__ptr(out) = (float)loss;
