@@ -368,23 +368,52 @@ tg_tensor *tg__sum_to(const tg_tensor *grad, int ndim, const int64_t *shape)
 }
 
 /* grad += g, in place: grad is the leaf's own contiguous tensor. */
+/* t seen as rows of its last dim, each contiguous, a constant stride *rs
+ * apart (the leading dims collapse into one): true, with *rows and *cols;
+ * false when t is not laid out so. */
+static bool as_rows(const tg_tensor *t, int64_t *rows, int64_t *cols, int64_t *rs)
+{
+    int n = t->ndim;
+    if (n == 0 || (t->shape[n - 1] > 1 && t->stride[n - 1] != 1))
+        return false;
+    *cols = t->shape[n - 1];
+    *rows = 1;
+    *rs = *cols;
+    int64_t expect = -1; /* the stride the next dim out must have */
+    for (int d = n - 2; d >= 0; d--) {
+        if (t->shape[d] == 1)
+            continue;
+        if (expect < 0)
+            *rs = t->stride[d];
+        else if (t->stride[d] != expect)
+            return false;
+        expect = t->stride[d] * t->shape[d];
+        *rows *= t->shape[d];
+    }
+    return true;
+}
+
+#define ADD_ROWS(T)                                                           \
+    do {                                                                      \
+        T *d = tg__ptr(grad);                                                 \
+        const T *s = tg__ptr(g);                                              \
+        _Pragma("omp parallel for schedule(static)")                          \
+        for (int64_t r = 0; r < rows; r++)                                    \
+            for (int64_t j = 0; j < cols; j++)                                \
+                d[r * drs + j] += s[r * srs + j];                             \
+    } while (0)
+
 void tg__add_into(tg_tensor *grad, const tg_tensor *g)
 {
-    int64_t n = tg__numel(g->ndim, g->shape);
-    if (n > TG_PAR_MIN && tg_is_contiguous(g) && tg_is_contiguous(grad)) { /* a large one */
-        if (grad->dtype == TG_FLOAT32) {
-            float *d = tg__ptr(grad);
-            const float *s = tg__ptr(g);
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < n; i++)
-                d[i] += s[i];
-        } else {
-            double *d = tg__ptr(grad);
-            const double *s = tg__ptr(g);
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < n; i++)
-                d[i] += s[i];
-        }
+    int64_t n = tg__numel(g->ndim, g->shape), rows, cols, drs, srs, rows2, cols2;
+    /* large and laid out in rows (a weight's gradient, a slice of q/k/v):
+     * on the team, one block of rows each */
+    if (n > TG_PAR_MIN && as_rows(grad, &rows, &cols, &drs) &&
+        as_rows(g, &rows2, &cols2, &srs) && rows2 == rows && cols2 == cols) {
+        if (grad->dtype == TG_FLOAT32)
+            ADD_ROWS(float);
+        else
+            ADD_ROWS(double);
         return;
     }
     int64_t strides[2][TG_MAX_DIMS];

@@ -83,6 +83,39 @@ START_TEST(transposed_view_gradient_lands_in_the_base)
 }
 END_TEST
 
+/* Large overlapping slices of one intermediate, each weighted: their
+ * gradients add into one buffer on the team, row by row (the q/k/v slices
+ * of a packed projection). Checked element by element against the sum of
+ * the weights placed where each slice reads. */
+START_TEST(large_slices_add_their_gradients_into_one_buffer)
+{
+    enum { B = 4, T = 100, C = 300, W = 120 };
+    tg_rng *rng = tg_rng_new(5);
+    tg_tensor *x = tg_randn(rng, TG_FLOAT32, 3, SHAPE(B, T, C));
+    tg_tensor *w1 = tg_randn(rng, TG_FLOAT32, 3, SHAPE(B, T, W));
+    tg_tensor *w2 = tg_randn(rng, TG_FLOAT32, 3, SHAPE(B, T, W));
+    tg_rng_free(rng);
+    tg_set_requires_grad(x, true);
+    tg_scope_begin();
+    tg_tensor *h = tg_mul_scalar(x, 2.0); /* an intermediate, as a projection is */
+    tg_tensor *a = tg_sum(tg_mul(tg_narrow(h, 2, 0, W), w1), NULL, 0, false);
+    tg_tensor *b = tg_sum(tg_mul(tg_narrow(h, 2, 100, W), w2), NULL, 0, false);
+    ck_assert_int_eq(tg_backward(tg_add(a, b), NULL), 0);
+    double *g = values_of(tg_grad(x)), *v1 = values_of(w1), *v2 = values_of(w2);
+    for (int64_t r = 0; r < B * T; r++)
+        for (int64_t c = 0; c < C; c++) {
+            double want = 2.0 * ((c < W ? v1[r * W + c] : 0) +
+                                 (c >= 100 && c < 100 + W ? v2[r * W + c - 100] : 0));
+            ck_assert_msg(fabs(g[r * C + c] - want) <= 1e-5 * (1 + fabs(want)),
+                          "row %lld col %lld: %g, expected %g", (long long)r, (long long)c,
+                          g[r * C + c], want);
+        }
+    free(g), free(v1), free(v2);
+    tg_scope_end();
+    tg_release(x), tg_release(w1), tg_release(w2);
+}
+END_TEST
+
 START_TEST(second_backward_through_a_freed_graph_is_an_error)
 {
     tg_tensor *a = T64(SHAPE(1), 1, 2.0);
@@ -303,6 +336,7 @@ int main(void)
     tcase_add_test(tc, a_tensor_used_twice_gets_both_gradients);
     tcase_add_test(tc, broadcast_gradient_is_summed_to_the_operand_shape);
     tcase_add_test(tc, transposed_view_gradient_lands_in_the_base);
+    tcase_add_test(tc, large_slices_add_their_gradients_into_one_buffer);
     tcase_add_test(tc, second_backward_through_a_freed_graph_is_an_error);
     tcase_add_test(tc, backward_on_a_non_scalar_needs_an_upstream_gradient);
     tcase_add_test(tc, backward_without_requires_grad_is_an_error);
