@@ -147,16 +147,19 @@ bool tg__gemm_force_isa(enum tg__gemm_isa isa)
 }
 
 /* Thin and tiny float32 products go to gemm_small.c, with or without BLAS:
- * its result (0 or -1), or 1 when the product is neither. */
-static int sgemm_small(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                       float *c, int64_t ldc)
+ * its result (0 or -1), or 1 when the product is neither. Tiny means at most
+ * tiny_work multiply-adds: TG_GEMM_TINY_WORK in front of the built-in packed
+ * kernel, which tiny beats up to 64^3 (an attention tile), and a quarter of
+ * that in front of OpenBLAS, which is ahead from 64^3 on. */
+static int sgemm_small(double tiny_work, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                       int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                       int64_t ldb, float beta, float *c, int64_t ldc)
 {
     if (m <= 0 || n <= 0 || k <= 0 || alpha == 0)
         return 1;
     if (m <= TG_GEMM_THIN_M)
         return tg__sgemm_thin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    if (k <= TG_GEMM_TINY_MAX_K && (double)m * (double)n * (double)k <= TG_GEMM_TINY_WORK)
+    if (k <= TG_GEMM_TINY_MAX_K && (double)m * (double)n * (double)k <= tiny_work)
         return tg__sgemm_tiny(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return 1;
 }
@@ -165,7 +168,8 @@ int tg__sgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                       float *c, int64_t ldc)
 {
-    int small = sgemm_small(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    int small = sgemm_small(TG_GEMM_TINY_WORK, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+                            beta, c, ldc);
     if (small != 1)
         return small;
     const struct tg__ukr_f32 *u = tg__gemm_ukr_f32(current_isa());
@@ -199,7 +203,13 @@ int tg__sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
               int64_t ldc)
 {
-    int small = sgemm_small(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#if TG_HAVE_BLAS
+    double tiny_work = TG_GEMM_TINY_WORK / 4;
+#else
+    double tiny_work = TG_GEMM_TINY_WORK;
+#endif
+    int small = sgemm_small(tiny_work, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                            ldc);
     if (small != 1)
         return small;
 #if TG_HAVE_BLAS

@@ -54,8 +54,9 @@ int tg__sgemm_thin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 
 /* float32 products of at most TG_GEMM_TINY_WORK multiply-adds whose k is at
  * most TG_GEMM_TINY_MAX_K (and m, n, k > 0): no packing, no scratch memory.
- * tg__sgemm and tg__sgemm_builtin send such products here. Same contract. */
-#define TG_GEMM_TINY_WORK (32 * 32 * 64)
+ * tg__sgemm_builtin sends such products here, and tg__sgemm those of up to a
+ * quarter of that work when it has OpenBLAS behind it. Same contract. */
+#define TG_GEMM_TINY_WORK (64 * 64 * 64)
 #define TG_GEMM_TINY_MAX_K 256
 #define TG_GEMM_TINY_MAX_N 64
 int tg__sgemm_tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

@@ -377,12 +377,16 @@ static void check_gemm(dgemm_fn dgemm, sgemm_fn sgemm, int64_t m, int64_t n, int
 
 /* gemm_small.c takes the first two rows. Thin products (op(A) of 1 to 4
  * rows): many column chunks, a k that is not a multiple of 16, and one below
- * 16. Tiny ones (at most 32 * 32 * 64 multiply-adds): n past one 64-column
- * block, n below one vector, k of 1. The packed kernel takes the rest. */
+ * 16. Tiny ones (at most 64^3 multiply-adds before the built-in kernel, a
+ * quarter of that before OpenBLAS): n past one 64-column block, n below one
+ * vector, k of 1, whole 16-column vectors read in place, row counts that
+ * leave 1 to 3 rows after the blocks of 4, and 64^3 itself. The packed
+ * kernel takes the rest. */
 static const int64_t gemm_shapes[][3] = {/* m, n, k */
     {1, 1153, 385}, {4, 70, 17}, {3, 65, 7}, {2, 200, 1000}, {1, 1, 1},
     {5, 130, 20}, {7, 5, 13}, {65, 17, 33}, {6, 8, 1}, {200, 3, 70},
-    {97, 130, 257}, {13, 2050, 3}};
+    {97, 130, 257}, {13, 2050, 3}, {64, 64, 64}, {63, 64, 65}, {66, 50, 64},
+    {61, 96, 40}, {62, 32, 33}};
 #define N_GEMM (int)(sizeof gemm_shapes / sizeof gemm_shapes[0])
 
 START_TEST(builtin_gemm_matches_naive_loop)
