@@ -120,10 +120,6 @@ static void store(tg_dtype dtype, void *t, int64_t i, double x)
         ((double *)t)[i] = x;
 }
 
-static double load(tg_dtype dtype, const void *t, int64_t i)
-{
-    return dtype == TG_FLOAT32 ? ((const float *)t)[i] : ((const double *)t)[i];
-}
 
 /* Per-thread scratch: a dtype tile t [BR, BC], a second one t2 (backward's
  * dP), the widened scores s [BR, BC], and an accumulator acc [BR, Ev]. */
@@ -192,6 +188,22 @@ static void drop_row(const attn_plan *p, int64_t b, int64_t i, int64_t j0, void 
     }
 }
 
+/* dst[0..n) = f * src[0..n), both in dtype (they may be the same span). */
+static void scaled_copy(tg_dtype dtype, void *dst, const void *src, int64_t n, double f)
+{
+    if (dtype == TG_FLOAT32) {
+        float *d = dst, ff = (float)f;
+        const float *x = src;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = ff * x[i];
+    } else {
+        double *d = dst;
+        const double *x = src;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = f * x[i];
+    }
+}
+
 /* Online softmax over one score tile (rows r0.., keys j0.. of batch b): for
  * each row, the new running max, the rescaling of what was accumulated, and
  * p = exp(s - max) into w->t, dropped out after its sum is taken (the sum
@@ -212,11 +224,13 @@ static void online_softmax(const attn_plan *p, scratch *w, int64_t b, int64_t r0
         double alpha = exp(w->m[r] - mx), sum = exp_row(p->dtype, s, mx, w->t, r * BC, nc);
         if (p->dropout)
             drop_row(p, b, r0 + r, j0, w->t, r * BC, nc);
+        bool first = w->m[r] == -INFINITY; /* the accumulator is still zero */
         w->l[r] = w->l[r] * alpha + sum;
         w->m[r] = mx;
-        if (alpha != 1)
-            for (int64_t e = 0; e < p->Ev; e++)
-                store(p->dtype, w->acc, r * p->Ev + e, alpha * load(p->dtype, w->acc, r * p->Ev + e));
+        if (alpha != 1 && !first) {
+            char *row = (char *)w->acc + (size_t)(r * p->Ev) * esize(p);
+            scaled_copy(p->dtype, row, row, p->Ev, alpha);
+        }
     }
 }
 
@@ -254,8 +268,8 @@ static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, 
     for (int64_t r = 0; r < nr; r++) {
         /* A row with every key masked has l = 0: zeros, as the softmax op gives. */
         double inv = w->l[r] > 0 ? 1.0 / w->l[r] : 0;
-        for (int64_t e = 0; e < p->Ev; e++)
-            store(p->dtype, out, out_row(p, b, r0 + r) + e, inv * load(p->dtype, w->acc, r * p->Ev + e));
+        scaled_copy(p->dtype, out + (size_t)out_row(p, b, r0 + r) * es,
+                    (const char *)w->acc + (size_t)(r * p->Ev) * es, p->Ev, inv);
         lse[row0 + r] = w->l[r] > 0 ? w->m[r] + log(w->l[r]) : -INFINITY;
     }
     return 0;
@@ -362,6 +376,25 @@ static void grad_tile(const attn_plan *p, scratch *w, const double *lse, const d
     }
 }
 
+/* dsum[i] = sum_e x[i, e] y[i, e] over rows of n, in double, in order. */
+static void row_dots(tg_dtype dt, const void *x, const void *y, int64_t rows, int64_t n,
+                     double *dsum)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        double acc = 0;
+        if (dt == TG_FLOAT32) {
+            const float *a = (const float *)x + i * n, *c = (const float *)y + i * n;
+            for (int64_t e = 0; e < n; e++)
+                acc += (double)a[e] * c[e];
+        } else {
+            const double *a = (const double *)x + i * n, *c = (const double *)y + i * n;
+            for (int64_t e = 0; e < n; e++)
+                acc += a[e] * c[e];
+        }
+        dsum[i] = acc;
+    }
+}
+
 static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_slices *g,
                           double *dsum)
 {
@@ -371,12 +404,7 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
     const char *k = p->k + (size_t)batch_off(p, p->kb, b) * es;
     const char *v = p->v + (size_t)batch_off(p, p->vb, b) * es;
     /* D[i] = sum_e dO[i,e] O[i,e]: the rowsum(dP * P) of the softmax backward. */
-    for (int64_t i = 0; i < p->L; i++) {
-        double acc = 0;
-        for (int64_t e = 0; e < p->Ev; e++)
-            acc += load(dt, g->go, i * p->Ev + e) * load(dt, g->o, i * p->Ev + e);
-        dsum[i] = acc;
-    }
+    row_dots(dt, g->go, g->o, p->L, p->Ev, dsum);
     for (int64_t r0 = 0; r0 < p->L; r0 += BR) {
         int64_t nr = p->L - r0 < BR ? p->L - r0 : BR;
         const char *qi = q + (size_t)(r0 * p->qrs) * es, *goi = g->go + (size_t)(r0 * p->Ev) * es;
