@@ -187,7 +187,8 @@ tg_tensor *tg_masked_fill(const tg_tensor *x, const tg_tensor *mask, double valu
  * [0, 1); rng may be NULL only when nothing is drawn. The mask takes one
  * draw k from rng: element i (row-major) is dropped when the (i+1)-th output
  * of SplitMix64 seeded with k, as a 53-bit fraction (output >> 11) / 2^53,
- * is below p. So a seed fixes the mask whatever the thread count. */
+ * is below p. So a seed fixes the mask whatever the thread count, and
+ * backward makes the mask again from k instead of keeping it. */
 tg_tensor *tg_dropout(const tg_tensor *x, double p, bool train, tg_rng *rng);
 
 /* Normalises over the last norm_ndim dims, then scales by weight and adds

@@ -83,42 +83,53 @@ tg_tensor *tg_masked_fill(const tg_tensor *x, const tg_tensor *mask, double valu
 
 /* ---- dropout ----------------------------------------------------------------- */
 
-/* The upstream gradient times the saved scale (saved[0]: 0 where an element
- * was dropped, 1/(1-p) where it was kept, x's shape and dtype). */
-static int dropout_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
-{
-    grads[0] = n->saved[0] ? tg_mul(g, n->saved[0]) : tg__ret(tg_retain(g));
-    return grads[0] ? 0 : -1;
-}
-
+/* out[i] = x[i] scaled by dropout's 0 or keep, for i in [i0, i0 + n), the
+ * mask element i of key: one pass, nothing stored. */
 TG_VECTOR_CLONES
-static void scale_block(uint64_t key, uint64_t drop_below, int64_t i0, int64_t n, double keep,
-                        tg_dtype dtype, void *out)
+static void drop_block(uint64_t key, uint64_t drop_below, int64_t i0, int64_t n, double keep,
+                       tg_dtype dtype, const void *x, void *out)
 {
     if (dtype == TG_FLOAT32) {
-        float *o = (float *)out, kf = (float)keep;
+        const float *xs = x;
+        float *o = out, kf = (float)keep;
         for (int64_t i = i0; i < i0 + n; i++)
-            o[i] = tg__dropped(key, i, drop_below) ? 0.0f : kf;
+            o[i] = tg__dropped(key, i, drop_below) ? 0.0f : xs[i] * kf;
     } else {
-        double *o = (double *)out;
+        const double *xs = x;
+        double *o = out;
         for (int64_t i = i0; i < i0 + n; i++)
-            o[i] = tg__dropped(key, i, drop_below) ? 0.0 : keep;
+            o[i] = tg__dropped(key, i, drop_below) ? 0.0 : xs[i] * keep;
     }
 }
 
-/* The scale (0 or 1/(1-p)) per element from one draw of rng, so a seed fixes
- * the mask whatever x's layout. New contiguous tensor of x's shape and dtype. */
-static tg_tensor *draw_scale(const tg_tensor *x, double p, tg_rng *rng)
+/* x (any layout) with the mask of key and p applied, in row-major element
+ * order: a new contiguous tensor, or NULL when out of memory. */
+static tg_tensor *apply_mask(const tg_tensor *x, uint64_t key, double p)
 {
-    tg_tensor *scale = tg__empty_uninit_like(x); /* every element is written */
-    if (!scale)
-        return NULL;
-    uint64_t key = tg_rng_next(rng), drop_below = tg__drop_below(p);
-    double keep = 1.0 / (1.0 - p);
-    int64_t n = tg__numel(x->ndim, x->shape);
-    void *out = tg__ptr(scale);
-    TG_FOR_BLOCKS(n, lo, len, scale_block(key, drop_below, lo, len, keep, x->dtype, out));
-    return scale;
+    tg_tensor *xc = tg__contiguous(x), *out = xc ? tg__empty_uninit_like(xc) : NULL;
+    if (out) {
+        uint64_t below = tg__drop_below(p);
+        double keep = 1.0 / (1.0 - p);
+        int64_t n = tg__numel(xc->ndim, xc->shape);
+        const void *xp = tg__ptr(xc);
+        void *op = tg__ptr(out);
+        TG_FOR_BLOCKS(n, lo, len, drop_block(key, below, lo, len, keep, xc->dtype, xp, op));
+    }
+    tg_release(xc);
+    return out;
+}
+
+/* args[0]: p (0 for the identity); iargs[0]: the mask's key. The mask is
+ * made again from its key rather than kept: the upstream gradient passes
+ * where an element was kept, scaled as it was. */
+static int dropout_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
+{
+    if (n->args[0] == 0) {
+        grads[0] = tg__ret(tg_retain(g));
+        return 0;
+    }
+    grads[0] = tg__ret(apply_mask(g, (uint64_t)n->iargs[0], n->args[0]));
+    return grads[0] ? 0 : -1;
 }
 
 tg_tensor *tg_dropout(const tg_tensor *x, double p, bool train, tg_rng *rng)
@@ -131,20 +142,19 @@ tg_tensor *tg_dropout(const tg_tensor *x, double p, bool train, tg_rng *rng)
     tg_node *node;
     if (!train || p == 0.0) {
         /* Identity: an alias of x whose gradient passes through unchanged
-         * (saved[0] stays NULL). */
+         * (args[0] stays 0). */
         return tg__finish(tg__alias(x), TG_OP_DROPOUT, dropout_backward, 1,
                           (const tg_tensor *[]){x}, &node);
     }
     if (!rng)
         return tg__fail(TG_ERR_NULL, "tg_dropout: rng is NULL, but training with p = %g "
                                      "needs one to draw the mask", p);
-    tg_tensor *scale = draw_scale(x, p, rng);
-    if (!scale) /* through tg__finish, which names the op in the error */
-        return tg__finish(NULL, TG_OP_DROPOUT, dropout_backward, 1, (const tg_tensor *[]){x},
-                          NULL);
-    tg_tensor *out = tg__finish(tg__binary(x, scale, TG_BIN_MUL), TG_OP_DROPOUT,
-                                dropout_backward, 1, (const tg_tensor *[]){x}, &node);
-    tg__save(node, 0, scale);
-    tg_release(scale);
+    uint64_t key = tg_rng_next(rng);
+    tg_tensor *out = tg__finish(apply_mask(x, key, p), TG_OP_DROPOUT, dropout_backward, 1,
+                                (const tg_tensor *[]){x}, &node);
+    if (node) {
+        node->args[0] = p;
+        node->iargs[0] = (int64_t)key;
+    }
     return out;
 }
