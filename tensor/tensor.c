@@ -522,7 +522,42 @@ bool tg_is_contiguous(const tg_tensor *t)
             to[j * it.inner[0]] = from[j * it.inner[1]];                      \
     } while (0)
 
+static void copy_serial(tg_tensor *dst, const tg_tensor *src);
+
+/* t's indices [i0, i0 + len) along dim d, as a header on the stack (no
+ * reference taken). */
+static tg_tensor slab_of(const tg_tensor *t, int d, int64_t i0, int64_t len)
+{
+    tg_tensor v = *t;
+    v.offset += i0 * t->stride[d];
+    v.shape[d] = len;
+    return v;
+}
+
 void tg__copy(tg_tensor *dst, const tg_tensor *src)
+{
+    /* a large copy goes to the team in slabs along its first dim of two or
+     * more (on one thread, while the other core waits, the copies cost a
+     * small model several % of its step) */
+    enum { SLABS = 8 };
+    int d = 0;
+    while (d < src->ndim && src->shape[d] < 2)
+        d++;
+    int64_t n = tg__numel(src->ndim, src->shape);
+    if (n > 4 * TG_PAR_MIN && d < src->ndim) {
+        int64_t size = src->shape[d], slabs = size < SLABS ? size : SLABS;
+#pragma omp parallel for schedule(static)
+        for (int64_t k = 0; k < slabs; k++) {
+            int64_t i0 = size * k / slabs, len = size * (k + 1) / slabs - i0;
+            tg_tensor ds = slab_of(dst, d, i0, len), ss = slab_of(src, d, i0, len);
+            copy_serial(&ds, &ss);
+        }
+        return;
+    }
+    copy_serial(dst, src);
+}
+
+static void copy_serial(tg_tensor *dst, const tg_tensor *src)
 {
     int64_t strides[2][TG_MAX_DIMS];
     memcpy(strides[0], dst->stride, sizeof strides[0]);
