@@ -171,7 +171,7 @@ static double exp_row(tg_dtype dtype, const double *s, double shift, void *dst, 
 
 /* Row i of batch b's weights, keys j0.. (nc of them) at t + at: zeroed
  * where the dropout mask drops them, scaled by keep where it keeps them. */
-TG_VECTOR_CLONES
+TG_HASH_CLONES
 static void drop_row(const attn_plan *p, int64_t b, int64_t i, int64_t j0, void *t, int64_t at,
                      int64_t nc)
 {
@@ -313,7 +313,7 @@ typedef struct {
 } grad_slices;
 
 /* z[c] = the scale dropout gave key j0 + c of row i in batch b: 0 or keep. */
-TG_VECTOR_CLONES
+TG_HASH_CLONES
 static void keep_row(const attn_plan *p, int64_t b, int64_t i, int64_t j0, double *z,
                      int64_t nc)
 {

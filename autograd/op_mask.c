@@ -85,7 +85,7 @@ tg_tensor *tg_masked_fill(const tg_tensor *x, const tg_tensor *mask, double valu
 
 /* out[i] = x[i] scaled by dropout's 0 or keep, for i in [i0, i0 + n), the
  * mask element i of key: one pass, nothing stored. */
-TG_VECTOR_CLONES
+TG_HASH_CLONES
 static void drop_block(uint64_t key, uint64_t drop_below, int64_t i0, int64_t n, double keep,
                        tg_dtype dtype, const void *x, void *out)
 {
