@@ -172,72 +172,78 @@ static void assert_same(const tg_tensor *a, const tg_tensor *b, double tol)
     free(want);
 }
 
+/* A fused op and the ops it replaces, on the same inputs: f(in, fused). */
+typedef tg_tensor *(*two_ways_fn)(tg_tensor *const *in, bool fused, int variant);
+
+/* Runs f both ways on copies of n normal inputs of dtype dt, and asserts the
+ * same output (within tol_out) and the same gradient of sum(y^2) for every
+ * input (within tol_grad). */
+static void check_fused_against_split(tg_rng *rng, tg_dtype dt, int n, const int *ndims,
+                                      const int64_t *const *shapes, two_ways_fn f, int variant,
+                                      double tol_out, double tol_grad)
+{
+    tg_tensor *in[2][5];
+    ck_assert_int_le(n, 5);
+    for (int i = 0; i < n; i++) {
+        in[0][i] = tg_randn(rng, dt, ndims[i], shapes[i]);
+        in[1][i] = tg_to_dtype(in[0][i], dt); /* a copy */
+        tg_set_requires_grad(in[0][i], true);
+        tg_set_requires_grad(in[1][i], true);
+    }
+    tg_scope_begin();
+    tg_tensor *y[2];
+    for (int w = 0; w < 2; w++) {
+        y[w] = f(in[w], w == 0, variant);
+        ck_assert_ptr_nonnull(y[w]);
+    }
+    assert_same(y[0], y[1], tol_out);
+    for (int w = 0; w < 2; w++)
+        ck_assert_int_eq(tg_backward(tg_sum(tg_mul(y[w], y[w]), NULL, 0, false), NULL), 0);
+    for (int i = 0; i < n; i++)
+        assert_same(tg_grad(in[0][i]), tg_grad(in[1][i]), tol_grad);
+    tg_scope_end();
+    for (int i = 0; i < n; i++) {
+        tg_release(in[0][i]);
+        tg_release(in[1][i]);
+    }
+}
+
+static tg_tensor *ln_affine_two_ways(tg_tensor *const *in, bool fused, int variant)
+{
+    (void)variant;
+    return fused ? tg_layer_norm_affine(in[0], in[1], in[2], LN_EPS, in[3], in[4])
+                 : tg_affine(tg_layer_norm(in[0], 1, in[1], in[2], LN_EPS), in[3], in[4]);
+}
+
 /* tg_layer_norm_affine against tg_affine(tg_layer_norm(...)) in float32 at
  * a GPT-like shape: the same output and the same five gradients. */
 START_TEST(layer_norm_affine_matches_the_two_ops_it_fuses)
 {
     tg_rng *rng = tg_rng_new(7);
-    tg_tensor *in[2][5];
     const int64_t *shapes[5] = {SHAPE(3, 17, 40), SHAPE(40), SHAPE(40), SHAPE(24, 40), SHAPE(24)};
-    const int ndims[5] = {3, 1, 1, 2, 1};
-    for (int i = 0; i < 5; i++) {
-        in[0][i] = tg_randn(rng, TG_FLOAT32, ndims[i], shapes[i]);
-        in[1][i] = tg_to_dtype(in[0][i], TG_FLOAT32); /* a copy */
-        tg_set_requires_grad(in[0][i], true);
-        tg_set_requires_grad(in[1][i], true);
-    }
-    tg_scope_begin();
-    tg_tensor *fused = tg_layer_norm_affine(in[0][0], in[0][1], in[0][2], LN_EPS, in[0][3],
-                                            in[0][4]);
-    tg_tensor *split = tg_affine(tg_layer_norm(in[1][0], 1, in[1][1], in[1][2], LN_EPS),
-                                 in[1][3], in[1][4]);
-    ck_assert_ptr_nonnull(fused);
-    ck_assert_ptr_nonnull(split);
-    assert_same(fused, split, 1e-5);
-    ck_assert_int_eq(tg_backward(tg_sum(tg_mul(fused, fused), NULL, 0, false), NULL), 0);
-    ck_assert_int_eq(tg_backward(tg_sum(tg_mul(split, split), NULL, 0, false), NULL), 0);
-    for (int i = 0; i < 5; i++)
-        assert_same(tg_grad(in[0][i]), tg_grad(in[1][i]), 1e-4);
-    tg_scope_end();
-    for (int i = 0; i < 5; i++) {
-        tg_release(in[0][i]);
-        tg_release(in[1][i]);
-    }
+    check_fused_against_split(rng, TG_FLOAT32, 5, (const int[]){3, 1, 1, 2, 1}, shapes,
+                              ln_affine_two_ways, 0, 1e-5, 1e-4);
     tg_rng_free(rng);
 }
 END_TEST
 
+static tg_tensor *gelu_affine_two_ways(tg_tensor *const *in, bool fused, int variant)
+{
+    tg_gelu_kind gk = variant ? TG_GELU_TANH : TG_GELU_ERF;
+    return fused ? tg_gelu_affine(in[0], gk, in[1], in[2])
+                 : tg_affine(tg_gelu(in[0], gk), in[1], in[2]);
+}
+
 /* tg_gelu_affine against tg_affine(tg_gelu(...)) in float64 with h
  * [3, 700, 256]: 2100 rows, two of backward's blocks of rows (about 4 MiB
- * each), the last one partial. Same output and gradients. */
+ * each), the last one partial. Same output and gradients, both GELUs. */
 START_TEST(gelu_affine_matches_the_two_ops_it_fuses_over_several_blocks)
 {
     tg_rng *rng = tg_rng_new(9);
     const int64_t *shapes[3] = {SHAPE(3, 700, 256), SHAPE(8, 256), SHAPE(8)};
-    const int ndims[3] = {3, 2, 1};
-    for (int kind = 0; kind < 2; kind++) {
-        tg_gelu_kind gk = kind ? TG_GELU_TANH : TG_GELU_ERF;
-        tg_tensor *in[2][3];
-        for (int i = 0; i < 3; i++) {
-            in[0][i] = tg_randn(rng, TG_FLOAT64, ndims[i], shapes[i]);
-            in[1][i] = tg_to_dtype(in[0][i], TG_FLOAT64); /* a copy */
-            tg_set_requires_grad(in[0][i], true);
-            tg_set_requires_grad(in[1][i], true);
-        }
-        tg_scope_begin();
-        tg_tensor *fused = tg_gelu_affine(in[0][0], gk, in[0][1], in[0][2]);
-        tg_tensor *split = tg_affine(tg_gelu(in[1][0], gk), in[1][1], in[1][2]);
-        assert_same(fused, split, 1e-12);
-        ck_assert_int_eq(tg_backward(tg_sum(tg_mul(fused, fused), NULL, 0, false), NULL), 0);
-        ck_assert_int_eq(tg_backward(tg_sum(tg_mul(split, split), NULL, 0, false), NULL), 0);
-        for (int i = 0; i < 3; i++)
-            assert_same(tg_grad(in[0][i]), tg_grad(in[1][i]), 1e-10);
-        tg_scope_end();
-        for (int i = 0; i < 3; i++) {
-            tg_release(in[0][i]);
-            tg_release(in[1][i]);
-        }
-    }
+    for (int kind = 0; kind < 2; kind++)
+        check_fused_against_split(rng, TG_FLOAT64, 3, (const int[]){3, 2, 1}, shapes,
+                                  gelu_affine_two_ways, kind, 1e-12, 1e-10);
     tg_rng_free(rng);
 }
 END_TEST
