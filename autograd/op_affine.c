@@ -214,15 +214,17 @@ static int gelu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grad
     tg_tensor *dh = n->needs[0] && hc ? tg__empty_uninit_like(hc) : NULL; /* all written */
     int64_t rows = hc ? tg__numel(hc->ndim - 1, hc->shape) : 0, step = block_rows(in, es);
     /* the first block writes dw; with no rows it is 0 */
-    tg_tensor *dw = !n->needs[1] ? NULL : rows ? tg__empty_uninit_like(w) : tg__empty(dt, 2, w->shape);
+    tg_tensor *dw = !n->needs[1] ? NULL
+                    : rows   ? tg__empty_uninit_like(w)
+                             : tg__empty(dt, 2, w->shape);
     int rc = hc && gc && (!n->needs[0] || (wc && dh)) && (!n->needs[1] || dw) ? 0 : -1;
     for (int64_t r0 = 0; rc == 0 && r0 < rows; r0 += step) {
         int64_t nr = rows - r0 < step ? rows - r0 : step;
         tg_tensor *hb = row_block(hc, r0, nr, in), *db = dh ? row_block(dh, r0, nr, in) : NULL;
-        rc = hb && (!dh || db) ? gelu_affine_block(n, hb,
-                                                   (const char *)tg__ptr(gc) + (size_t)(r0 * out) * es,
-                                                   wc, dw ? tg__ptr(dw) : NULL, db, r0 == 0)
-                               : -1;
+        const char *gb = (const char *)tg__ptr(gc) + (size_t)(r0 * out) * es;
+        rc = hb && (!dh || db)
+                 ? gelu_affine_block(n, hb, gb, wc, dw ? tg__ptr(dw) : NULL, db, r0 == 0)
+                 : -1;
         tg_release(hb);
         tg_release(db);
     }

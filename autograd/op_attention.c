@@ -656,13 +656,14 @@ static int check_args(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v
     return 0;
 }
 
-/* The output [..., L, Ev], laid out as out_row says. */
+/* The output [..., L, Ev], laid out as out_row says; left unset, since
+ * forward_block writes every row (zeros where no key is allowed). */
 static tg_tensor *new_output(const attn_plan *p, const int64_t *shape)
 {
     if (p->nbd != 2)
-        return tg__empty(p->dtype, p->nbd + 2, shape);
+        return tg__empty_uninit(p->dtype, p->nbd + 2, shape);
     int64_t B = shape[0], H = shape[1], L = shape[2], Ev = shape[3];
-    tg_tensor *store = tg__empty(p->dtype, 4, (int64_t[]){B, L, H, Ev});
+    tg_tensor *store = tg__empty_uninit(p->dtype, 4, (int64_t[]){B, L, H, Ev});
     if (!store)
         return NULL;
     tg_tensor *out = tg__view(store, 4, shape, (int64_t[]){L * H * Ev, Ev, H * Ev, 1}, 0);
