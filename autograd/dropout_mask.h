@@ -4,6 +4,8 @@
 #ifndef TG_DROPOUT_MASK_H
 #define TG_DROPOUT_MASK_H
 
+#include "tensor.h"
+
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,5 +29,12 @@ static inline uint64_t tg__drop_below(double p)
 {
     return (uint64_t)ceil(p * 0x1.0p53);
 }
+
+/* out[c] = x[c] with mask element first + c applied (0 where dropped, times
+ * keep where kept) for c < n; x and out hold n elements of dtype (a float
+ * dtype) and may be the same span. The one loop every dropout runs
+ * (autograd/op_mask.c). */
+void tg__drop_span(tg_dtype dtype, uint64_t key, uint64_t drop_below, double keep,
+                   int64_t first, int64_t n, const void *x, void *out);
 
 #endif

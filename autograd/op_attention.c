@@ -169,23 +169,12 @@ static double exp_row(tg_dtype dtype, const double *s, double shift, void *dst, 
     return sum;
 }
 
-/* Row i of batch b's weights, keys j0.. (nc of them) at t + at: zeroed
- * where the dropout mask drops them, scaled by keep where it keeps them. */
-TG_HASH_CLONES
-static void drop_row(const attn_plan *p, int64_t b, int64_t i, int64_t j0, void *t, int64_t at,
-                     int64_t nc)
+/* Row i of batch b's weights, keys j0.. (nc of them, at t): dropout's mask
+ * applied in place. */
+static void drop_weights(const attn_plan *p, int64_t b, int64_t i, int64_t j0, void *t,
+                         int64_t nc)
 {
-    int64_t base = (b * p->L + i) * p->S + j0;
-    uint64_t key = p->key, below = p->drop_below; /* locals: d cannot alias them */
-    if (p->dtype == TG_FLOAT32) {
-        float *d = (float *)t + at, keep = (float)p->keep;
-        for (int64_t c = 0; c < nc; c++)
-            d[c] = tg__dropped(key, base + c, below) ? 0.0f : d[c] * keep;
-    } else {
-        double *d = (double *)t + at, keep = p->keep;
-        for (int64_t c = 0; c < nc; c++)
-            d[c] = tg__dropped(key, base + c, below) ? 0.0 : d[c] * keep;
-    }
+    tg__drop_span(p->dtype, p->key, p->drop_below, p->keep, (b * p->L + i) * p->S + j0, nc, t, t);
 }
 
 /* dst[0..n) = f * src[0..n), both in dtype (they may be the same span). */
@@ -223,7 +212,7 @@ static void online_softmax(const attn_plan *p, scratch *w, int64_t b, int64_t r0
         }
         double alpha = exp(w->m[r] - mx), sum = exp_row(p->dtype, s, mx, w->t, r * BC, nc);
         if (p->dropout)
-            drop_row(p, b, r0 + r, j0, w->t, r * BC, nc);
+            drop_weights(p, b, r0 + r, j0, (char *)w->t + (size_t)(r * BC) * esize(p), nc);
         bool first = w->m[r] == -INFINITY; /* the accumulator is still zero */
         w->l[r] = w->l[r] * alpha + sum;
         w->m[r] = mx;
@@ -312,16 +301,15 @@ typedef struct {
     char *dq, *dk, *dv;
 } grad_slices;
 
-/* z[c] = the scale dropout gave key j0 + c of row i in batch b: 0 or keep. */
-TG_HASH_CLONES
+/* z[c] = the scale dropout gave key j0 + c of row i in batch b: 0 or keep
+ * (the mask applied to ones). */
 static void keep_row(const attn_plan *p, int64_t b, int64_t i, int64_t j0, double *z,
                      int64_t nc)
 {
-    int64_t base = (b * p->L + i) * p->S + j0;
-    uint64_t key = p->key, below = p->drop_below; /* locals: z cannot alias them */
-    double keep = p->keep;
     for (int64_t c = 0; c < nc; c++)
-        z[c] = tg__dropped(key, base + c, below) ? 0.0 : keep;
+        z[c] = 1;
+    tg__drop_span(TG_FLOAT64, p->key, p->drop_below, p->keep, (b * p->L + i) * p->S + j0, nc, z,
+                  z);
 }
 
 /* From the scores in w->s (rows r0.., keys j0.. of batch b) and dPd [nr, nc]

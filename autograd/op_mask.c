@@ -83,22 +83,20 @@ tg_tensor *tg_masked_fill(const tg_tensor *x, const tg_tensor *mask, double valu
 
 /* ---- dropout ----------------------------------------------------------------- */
 
-/* out[i] = x[i] scaled by dropout's 0 or keep, for i in [i0, i0 + n), the
- * mask element i of key: one pass, nothing stored. */
 TG_HASH_CLONES
-static void drop_block(uint64_t key, uint64_t drop_below, int64_t i0, int64_t n, double keep,
-                       tg_dtype dtype, const void *x, void *out)
+void tg__drop_span(tg_dtype dtype, uint64_t key, uint64_t drop_below, double keep,
+                   int64_t first, int64_t n, const void *x, void *out)
 {
     if (dtype == TG_FLOAT32) {
         const float *xs = x;
         float *o = out, kf = (float)keep;
-        for (int64_t i = i0; i < i0 + n; i++)
-            o[i] = tg__dropped(key, i, drop_below) ? 0.0f : xs[i] * kf;
+        for (int64_t c = 0; c < n; c++)
+            o[c] = tg__dropped(key, first + c, drop_below) ? 0.0f : xs[c] * kf;
     } else {
         const double *xs = x;
         double *o = out;
-        for (int64_t i = i0; i < i0 + n; i++)
-            o[i] = tg__dropped(key, i, drop_below) ? 0.0 : xs[i] * keep;
+        for (int64_t c = 0; c < n; c++)
+            o[c] = tg__dropped(key, first + c, drop_below) ? 0.0 : xs[c] * keep;
     }
 }
 
@@ -111,9 +109,11 @@ static tg_tensor *apply_mask(const tg_tensor *x, uint64_t key, double p)
         uint64_t below = tg__drop_below(p);
         double keep = 1.0 / (1.0 - p);
         int64_t n = tg__numel(xc->ndim, xc->shape);
-        const void *xp = tg__ptr(xc);
-        void *op = tg__ptr(out);
-        TG_FOR_BLOCKS(n, lo, len, drop_block(key, below, lo, len, keep, xc->dtype, xp, op));
+        const char *xp = tg__ptr(xc);
+        char *op = tg__ptr(out);
+        size_t es = tg_dtype_size(xc->dtype);
+        TG_FOR_BLOCKS(n, lo, len, tg__drop_span(xc->dtype, key, below, keep, lo, len,
+                                                xp + (size_t)lo * es, op + (size_t)lo * es));
     }
     tg_release(xc);
     return out;
