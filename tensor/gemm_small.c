@@ -31,6 +31,10 @@
 #define LANES 16
 /* Below this many multiply-adds a product runs on one thread. */
 #define THIN_PARALLEL_MIN (1 << 16)
+/* Columns of C that one pass of the thin kernel's dots reads at a time. */
+#define DOTS_MAX_JB 4
+/* Vectors in one row of the tiny kernel's C block. */
+#define TINY_MAX_NV (TG_GEMM_TINY_MAX_N / LANES)
 /* Columns of C per chunk shared out to the threads. */
 #define COLS_PER_CHUNK 64
 
@@ -48,7 +52,7 @@ typedef float lanes4 __attribute__((vector_size(4 * sizeof(float))));
 
 /* The sum of the 16 lanes, halving (lane l plus lane l + half) down to one:
  * the same order on every vector width, in shuffles rather than scalars. */
-static inline float lane_sum(const lanes *v)
+static inline __attribute__((always_inline)) float lane_sum(const lanes *v)
 {
     lanes8 h8 = __builtin_shufflevector(*v, *v, 0, 1, 2, 3, 4, 5, 6, 7) +
                 __builtin_shufflevector(*v, *v, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -58,9 +62,12 @@ static inline float lane_sum(const lanes *v)
 }
 
 /* C[0:M, j0:j1] for M rows of x (k long, ldx apart), B stored N x K, JB
- * columns at a time. M and JB are constants where this is inlined, so the
- * M * JB accumulators live in registers. The k % 16 tail is added in
- * order after the lanes are summed. */
+ * columns at a time (JB <= DOTS_MAX_JB). M and JB are constants where this
+ * is inlined and every index into acc and w below is one too, so the
+ * M * JB accumulators and the JB row pointers live in registers. The arrays
+ * have fixed sizes: sized by M and JB they would be variable-length arrays,
+ * which stay on the stack, and each FMA would wait on a store and a load.
+ * The k % 16 tail is added in order after the lanes are summed. */
 static inline __attribute__((always_inline)) void dots_mj(
     const int M, const int JB, int64_t j0, int64_t j1, int64_t k, float alpha, const float *x,
     int64_t ldx, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
@@ -68,15 +75,15 @@ static inline __attribute__((always_inline)) void dots_mj(
     int64_t k16 = k - k % LANES;
     for (int64_t j = j0; j < j1; j += JB) {
         int jb = j1 - j < JB ? (int)(j1 - j) : JB;
-        const float *w[JB];
+        const float *w[DOTS_MAX_JB];
         for (int q = 0; q < JB; q++)
             w[q] = b + (j + (q < jb ? q : 0)) * ldb; /* a short last block repeats a column */
-        lanes acc[M][JB];
+        lanes acc[TG_GEMM_THIN_M][DOTS_MAX_JB];
         for (int i = 0; i < M; i++)
             for (int q = 0; q < JB; q++)
                 acc[i][q] = (lanes){0};
         for (int64_t p = 0; p < k16; p += LANES) {
-            lanes wv[JB];
+            lanes wv[DOTS_MAX_JB];
             for (int q = 0; q < JB; q++)
                 load_lanes(&wv[q], w[q] + p);
             for (int i = 0; i < M; i++) {
@@ -86,13 +93,17 @@ static inline __attribute__((always_inline)) void dots_mj(
                     acc[i][q] += xv * wv[q];
             }
         }
+        float sum[TG_GEMM_THIN_M][DOTS_MAX_JB];
+        for (int i = 0; i < M; i++)
+            for (int q = 0; q < JB; q++) {
+                sum[i][q] = lane_sum(&acc[i][q]);
+                for (int64_t r = k16; r < k; r++)
+                    sum[i][q] += x[i * ldx + r] * w[q][r];
+            }
         for (int i = 0; i < M; i++)
             for (int q = 0; q < jb; q++) {
-                float sum = lane_sum(&acc[i][q]);
-                for (int64_t r = k16; r < k; r++)
-                    sum += x[i * ldx + r] * w[q][r];
                 float *out = c + i * ldc + j + q;
-                *out = beta == 0 ? alpha * sum : alpha * sum + beta * *out;
+                *out = beta == 0 ? alpha * sum[i][q] : alpha * sum[i][q] + beta * *out;
             }
     }
 }
@@ -183,7 +194,7 @@ static inline __attribute__((always_inline)) void tiny_store(const int NV, const
         }
         return;
     }
-    float row[NV * LANES];
+    float row[TG_GEMM_TINY_MAX_N];
     memcpy(row, acc, sizeof row);
     if (beta == 0)
         for (int64_t j = 0; j < n; j++)
@@ -195,7 +206,7 @@ static inline __attribute__((always_inline)) void tiny_store(const int NV, const
 
 /* Rows of C from op(A)'s rows and bt (K rows of NV*16, ldbt apart), four rows at a time and
  * then one: NV is a constant where this is inlined, so the accumulators
- * live in registers, and four rows give the FMA units four independent
+ * (fixed-size arrays, as in dots_mj) live in registers, and four rows give the FMA units four independent
  * chains where one row's K dependent FMAs would each wait on the last.
  * Each element still sums over p in order. */
 static inline __attribute__((always_inline)) void tiny_rows(
@@ -204,7 +215,7 @@ static inline __attribute__((always_inline)) void tiny_rows(
 {
     int64_t i = 0;
     for (; i + 4 <= m; i += 4) {
-        lanes c0[NV], c1[NV], c2[NV], c3[NV];
+        lanes c0[TINY_MAX_NV], c1[TINY_MAX_NV], c2[TINY_MAX_NV], c3[TINY_MAX_NV];
         for (int v = 0; v < NV; v++)
             c0[v] = c1[v] = c2[v] = c3[v] = (lanes){0};
         const float *a0 = a + i * sa_i, *a1 = a0 + sa_i, *a2 = a1 + sa_i, *a3 = a2 + sa_i;
@@ -225,7 +236,7 @@ static inline __attribute__((always_inline)) void tiny_rows(
         tiny_store(NV, c3, n, alpha, beta, c + (i + 3) * ldc);
     }
     for (; i < m; i++) {
-        lanes acc[NV];
+        lanes acc[TINY_MAX_NV];
         for (int v = 0; v < NV; v++)
             acc[v] = (lanes){0};
         for (int64_t p = 0; p < k; p++) {
