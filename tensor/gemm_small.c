@@ -5,8 +5,9 @@
  * reads B twice and writes it once for almost no arithmetic; here B streams
  * through once.
  *   trans_b (B stored N x K, a Linear's weight): each C[i, j] is the dot of
- *       row i of op(A) with row j of B; the A rows stay in L1. Dots sum 16
- *       lanes in a fixed order, whatever vector width runs them.
+ *       row i of op(A) with row j of B; the A rows stay in L1 and B is read
+ *       front to back. Dots sum in a fixed order, whatever vector width
+ *       runs them.
  *   otherwise (B stored K x N): row i of C accumulates A(i, p) * row p of B.
  *
  * Tiny: at most TG_GEMM_TINY_WORK multiply-adds, as in one tile of a short
@@ -31,8 +32,8 @@
 #define LANES 16
 /* Below this many multiply-adds a product runs on one thread. */
 #define THIN_PARALLEL_MIN (1 << 16)
-/* Columns of C that one pass of the thin kernel's dots reads at a time. */
-#define DOTS_MAX_JB 4
+/* Independent vector accumulators in each of the thin kernel's dots. */
+#define DOT_CHAINS 4
 /* Vectors in one row of the tiny kernel's C block. */
 #define TINY_MAX_NV (TG_GEMM_TINY_MAX_N / LANES)
 /* Columns of C per chunk shared out to the threads. */
@@ -61,50 +62,57 @@ static inline __attribute__((always_inline)) float lane_sum(const lanes *v)
     return (h4[0] + h4[2]) + (h4[1] + h4[3]);
 }
 
-/* C[0:M, j0:j1] for M rows of x (k long, ldx apart), B stored N x K, JB
- * columns at a time (JB <= DOTS_MAX_JB). M and JB are constants where this
- * is inlined and every index into acc and w below is one too, so the
- * M * JB accumulators and the JB row pointers live in registers. The arrays
- * have fixed sizes: sized by M and JB they would be variable-length arrays,
- * which stay on the stack, and each FMA would wait on a store and a load.
- * The k % 16 tail is added in order after the lanes are summed. */
-static inline __attribute__((always_inline)) void dots_mj(
-    const int M, const int JB, int64_t j0, int64_t j1, int64_t k, float alpha, const float *x,
-    int64_t ldx, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+/* C[0:M, j0:j1] for M rows of x (k long, ldx apart), B stored N x K. One
+ * row of B at a time, read front to back: B streams through memory in
+ * order, which the prefetchers follow at full speed (walking four rows of B
+ * side by side ran at half the speed). Each dot keeps DOT_CHAINS vector
+ * accumulators, the chains the FMA latency needs, and sums them as
+ * ((a0 + a1) + (a2 + a3)) before its lanes; vectors left after the last
+ * whole group go to a0 and the k % 16 tail comes last, in order. Each C[i, j]
+ * is summed the same way whatever M is. M is a constant where this is
+ * inlined; acc has a fixed size (sized by M it would be a variable-length
+ * array, which stays on the stack, and each FMA would wait on a store and a
+ * load). */
+static inline __attribute__((always_inline)) void dots_m(
+    const int M, int64_t j0, int64_t j1, int64_t k, float alpha, const float *x, int64_t ldx,
+    const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
-    int64_t k16 = k - k % LANES;
-    for (int64_t j = j0; j < j1; j += JB) {
-        int jb = j1 - j < JB ? (int)(j1 - j) : JB;
-        const float *w[DOTS_MAX_JB];
-        for (int q = 0; q < JB; q++)
-            w[q] = b + (j + (q < jb ? q : 0)) * ldb; /* a short last block repeats a column */
-        lanes acc[TG_GEMM_THIN_M][DOTS_MAX_JB];
+    const int64_t group = DOT_CHAINS * LANES;
+    int64_t kg = k - k % group, k16 = k - k % LANES;
+    for (int64_t j = j0; j < j1; j++) {
+        const float *w = b + j * ldb;
+        lanes acc[TG_GEMM_THIN_M][DOT_CHAINS];
         for (int i = 0; i < M; i++)
-            for (int q = 0; q < JB; q++)
-                acc[i][q] = (lanes){0};
-        for (int64_t p = 0; p < k16; p += LANES) {
-            lanes wv[DOTS_MAX_JB];
-            for (int q = 0; q < JB; q++)
-                load_lanes(&wv[q], w[q] + p);
+            for (int g = 0; g < DOT_CHAINS; g++)
+                acc[i][g] = (lanes){0};
+        for (int64_t p = 0; p < kg; p += group) {
+            lanes wv[DOT_CHAINS];
+            for (int g = 0; g < DOT_CHAINS; g++)
+                load_lanes(&wv[g], w + p + g * LANES);
+            for (int i = 0; i < M; i++)
+                for (int g = 0; g < DOT_CHAINS; g++) {
+                    lanes xv;
+                    load_lanes(&xv, x + i * ldx + p + g * LANES);
+                    acc[i][g] += xv * wv[g];
+                }
+        }
+        for (int64_t p = kg; p < k16; p += LANES) {
+            lanes wv;
+            load_lanes(&wv, w + p);
             for (int i = 0; i < M; i++) {
                 lanes xv;
                 load_lanes(&xv, x + i * ldx + p);
-                for (int q = 0; q < JB; q++)
-                    acc[i][q] += xv * wv[q];
+                acc[i][0] += xv * wv;
             }
         }
-        float sum[TG_GEMM_THIN_M][DOTS_MAX_JB];
-        for (int i = 0; i < M; i++)
-            for (int q = 0; q < JB; q++) {
-                sum[i][q] = lane_sum(&acc[i][q]);
-                for (int64_t r = k16; r < k; r++)
-                    sum[i][q] += x[i * ldx + r] * w[q][r];
-            }
-        for (int i = 0; i < M; i++)
-            for (int q = 0; q < jb; q++) {
-                float *out = c + i * ldc + j + q;
-                *out = beta == 0 ? alpha * sum[i][q] : alpha * sum[i][q] + beta * *out;
-            }
+        for (int i = 0; i < M; i++) {
+            lanes all = (acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3]);
+            float sum = lane_sum(&all);
+            for (int64_t r = k16; r < k; r++)
+                sum += x[i * ldx + r] * w[r];
+            float *out = c + i * ldc + j;
+            *out = beta == 0 ? alpha * sum : alpha * sum + beta * *out;
+        }
     }
 }
 
@@ -114,10 +122,10 @@ static void dots(int64_t m, int64_t j0, int64_t j1, int64_t k, float alpha, cons
                  int64_t ldx, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     switch (m) {
-    case 1: dots_mj(1, 4, j0, j1, k, alpha, x, ldx, b, ldb, beta, c, ldc); break;
-    case 2: dots_mj(2, 2, j0, j1, k, alpha, x, ldx, b, ldb, beta, c, ldc); break;
-    case 3: dots_mj(3, 1, j0, j1, k, alpha, x, ldx, b, ldb, beta, c, ldc); break;
-    default: dots_mj(4, 1, j0, j1, k, alpha, x, ldx, b, ldb, beta, c, ldc); break;
+    case 1: dots_m(1, j0, j1, k, alpha, x, ldx, b, ldb, beta, c, ldc); break;
+    case 2: dots_m(2, j0, j1, k, alpha, x, ldx, b, ldb, beta, c, ldc); break;
+    case 3: dots_m(3, j0, j1, k, alpha, x, ldx, b, ldb, beta, c, ldc); break;
+    default: dots_m(4, j0, j1, k, alpha, x, ldx, b, ldb, beta, c, ldc); break;
     }
 }
 
@@ -206,7 +214,7 @@ static inline __attribute__((always_inline)) void tiny_store(const int NV, const
 
 /* Rows of C from op(A)'s rows and bt (K rows of NV*16, ldbt apart), four rows at a time and
  * then one: NV is a constant where this is inlined, so the accumulators
- * (fixed-size arrays, as in dots_mj) live in registers, and four rows give the FMA units four independent
+ * (fixed-size arrays, as in dots_m) live in registers, and four rows give the FMA units four independent
  * chains where one row's K dependent FMAs would each wait on the last.
  * Each element still sums over p in order. */
 static inline __attribute__((always_inline)) void tiny_rows(

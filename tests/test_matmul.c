@@ -481,6 +481,27 @@ START_TEST(thin_gemm_with_beta_zero_ignores_what_c_held)
 }
 END_TEST
 
+/* A row of a thin product with B stored N x K comes out bit for bit the
+ * same whether it runs alone or among four rows: each dot is summed in one
+ * order whatever M is. K = 1000 reaches the whole groups, the vectors after
+ * them and the scalar tail. */
+START_TEST(thin_gemm_rows_do_not_depend_on_how_many_run_together)
+{
+    enum { M = 4, N = 37, K = 1000 };
+    static float a[M * K], b[N * K], together[M * N], alone[N];
+    for (int i = 0; i < M * K; i++)
+        a[i] = sinf((float)i);
+    for (int i = 0; i < N * K; i++)
+        b[i] = cosf(0.37f * (float)i);
+    ck_assert_int_eq(tg__sgemm_thin(false, true, M, N, K, 1.0f, a, K, b, K, 0.0f, together, N), 0);
+    for (int i = 0; i < M; i++) {
+        ck_assert_int_eq(tg__sgemm_thin(false, true, 1, N, K, 1.0f, a + i * K, K, b, K, 0.0f,
+                                        alone, N), 0);
+        ck_assert(memcmp(alone, together + i * N, sizeof alone) == 0);
+    }
+}
+END_TEST
+
 /* beta == 0 never reads C (NaN there stays out), K == 0 gives beta * C,
  * and alpha scales: on every ISA path, with edge tiles and padded rows. */
 START_TEST(every_isa_path_handles_beta_zero_and_empty_k)
@@ -551,6 +572,7 @@ int main(void)
     tcase_add_loop_test(gemm, builtin_gemm_matches_naive_loop, 0, N_GEMM);
     tcase_add_loop_test(gemm, dispatched_gemm_matches_naive_loop, 0, N_GEMM);
     tcase_add_test(gemm, thin_gemm_with_beta_zero_ignores_what_c_held);
+    tcase_add_test(gemm, thin_gemm_rows_do_not_depend_on_how_many_run_together);
     tcase_add_test(gemm, gemm_with_empty_dims);
     tcase_add_loop_test(gemm, every_isa_path_matches_naive_loop_across_blocks, 0,
                         3 * N_ISA_SHAPES);
