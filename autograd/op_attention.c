@@ -55,6 +55,73 @@ static size_t esize(const attn_plan *p)
     return tg_dtype_size(p->dtype);
 }
 
+/* Row reductions in eight double lanes, summed lane-wise and then halved
+ * down to one in a fixed order: they vectorise where one running scalar
+ * would wait on each add in turn, and give the same bits on every vector
+ * width and thread count. */
+#define DLANES 8
+typedef double dlanes __attribute__((vector_size(DLANES * sizeof(double))));
+typedef int64_t dlanes_bits __attribute__((vector_size(DLANES * sizeof(int64_t))));
+typedef float flanes __attribute__((vector_size(DLANES * sizeof(float))));
+
+static inline double dlanes_sum(dlanes v)
+{
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+/* The largest of init and s[0..n); NaNs are passed over, as `>` does. */
+TG_VECTOR_CLONES
+static double row_max(const double *s, int64_t n, double init)
+{
+    dlanes m = {init, init, init, init, init, init, init, init};
+    int64_t c = 0;
+    for (; c + DLANES <= n; c += DLANES) {
+        dlanes v;
+        memcpy(&v, s + c, sizeof v);
+        dlanes_bits gt = v > m;
+        m = (dlanes)(((dlanes_bits)v & gt) | ((dlanes_bits)m & ~gt));
+    }
+    double mx = init;
+    for (int l = 0; l < DLANES; l++)
+        mx = m[l] > mx ? m[l] : mx;
+    for (; c < n; c++)
+        mx = s[c] > mx ? s[c] : mx;
+    return mx;
+}
+
+/* sum_c x[c] * (y ? y[c] : 1) over c < n, in double, for x and y of dtype. */
+TG_VECTOR_CLONES
+static double row_dot(tg_dtype dtype, const void *x, const void *y, int64_t n)
+{
+    dlanes acc = {0};
+    double tail = 0;
+    int64_t c = 0;
+    if (dtype == TG_FLOAT32) {
+        const float *a = x, *b = y;
+        for (; c + DLANES <= n; c += DLANES) {
+            flanes fa, fb = {1, 1, 1, 1, 1, 1, 1, 1};
+            memcpy(&fa, a + c, sizeof fa);
+            if (b)
+                memcpy(&fb, b + c, sizeof fb);
+            acc += __builtin_convertvector(fa, dlanes) * __builtin_convertvector(fb, dlanes);
+        }
+        for (; c < n; c++)
+            tail += (double)a[c] * (b ? b[c] : 1);
+    } else {
+        const double *a = x, *b = y;
+        for (; c + DLANES <= n; c += DLANES) {
+            dlanes da, db = {1, 1, 1, 1, 1, 1, 1, 1};
+            memcpy(&da, a + c, sizeof da);
+            if (b)
+                memcpy(&db, b + c, sizeof db);
+            acc += da * db;
+        }
+        for (; c < n; c++)
+            tail += a[c] * (b ? b[c] : 1);
+    }
+    return dlanes_sum(acc) + tail;
+}
+
 /* The last key block a query block [r0, r1) looks at ends here. */
 static int64_t key_end(const attn_plan *p, int64_t r1)
 {
@@ -148,25 +215,22 @@ static void scratch_free(scratch *w)
 /* ---- forward ------------------------------------------------------------- */
 
 /* dst[at + c] = exp(s[c] - shift) for c < nc, in dst's dtype; returns their
- * sum. float32 tiles use the vectorised float exp: the tile feeds a float32
- * GEMM anyway. The sum is taken in order, in double. */
+ * sum (row_dot's order). float32 tiles use the vectorised float exp: the
+ * tile feeds a float32 GEMM anyway. */
 TG_VECTOR_CLONES
 static double exp_row(tg_dtype dtype, const double *s, double shift, void *dst, int64_t at,
                       int64_t nc)
 {
-    double sum = 0;
     if (dtype == TG_FLOAT32) {
         float *d = (float *)dst + at;
         for (int64_t c = 0; c < nc; c++)
             d[c] = tg__expf((float)(s[c] - shift));
-        for (int64_t c = 0; c < nc; c++)
-            sum += d[c];
-    } else {
-        double *d = (double *)dst + at;
-        for (int64_t c = 0; c < nc; c++)
-            sum += d[c] = exp(s[c] - shift);
+        return row_dot(dtype, d, NULL, nc);
     }
-    return sum;
+    double *d = (double *)dst + at;
+    for (int64_t c = 0; c < nc; c++)
+        d[c] = exp(s[c] - shift);
+    return row_dot(dtype, d, NULL, nc);
 }
 
 /* Row i of batch b's weights, keys j0.. (nc of them, at t): dropout's mask
@@ -201,10 +265,7 @@ static void online_softmax(const attn_plan *p, scratch *w, int64_t b, int64_t r0
                            int64_t nr, int64_t nc)
 {
     for (int64_t r = 0; r < nr; r++) {
-        double *s = w->s + r * BC, mx = w->m[r];
-        for (int64_t c = 0; c < nc; c++)
-            if (s[c] > mx)
-                mx = s[c];
+        double *s = w->s + r * BC, mx = row_max(s, nc, w->m[r]);
         if (mx == -INFINITY) { /* nothing seen yet in this row: add nothing */
             for (int64_t c = 0; c < nc; c++)
                 store(p->dtype, w->t, r * BC + c, 0);
@@ -364,23 +425,13 @@ static void grad_tile(const attn_plan *p, scratch *w, const double *lse, const d
     }
 }
 
-/* dsum[i] = sum_e x[i, e] y[i, e] over rows of n, in double, in order. */
+/* dsum[i] = sum_e x[i, e] y[i, e] over rows of n, in double. */
 static void row_dots(tg_dtype dt, const void *x, const void *y, int64_t rows, int64_t n,
                      double *dsum)
 {
-    for (int64_t i = 0; i < rows; i++) {
-        double acc = 0;
-        if (dt == TG_FLOAT32) {
-            const float *a = (const float *)x + i * n, *c = (const float *)y + i * n;
-            for (int64_t e = 0; e < n; e++)
-                acc += (double)a[e] * c[e];
-        } else {
-            const double *a = (const double *)x + i * n, *c = (const double *)y + i * n;
-            for (int64_t e = 0; e < n; e++)
-                acc += a[e] * c[e];
-        }
-        dsum[i] = acc;
-    }
+    size_t row = (size_t)n * tg_dtype_size(dt);
+    for (int64_t i = 0; i < rows; i++)
+        dsum[i] = row_dot(dt, (const char *)x + i * row, (const char *)y + i * row, n);
 }
 
 static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_slices *g,
