@@ -170,32 +170,41 @@ static tg_tensor *row_block(const tg_tensor *t, int64_t r0, int64_t nr, int64_t 
 }
 
 /* One block of rows of the backward below: with hb = h's rows and gb the
- * upstream gradient's, dw (+)= gb^T GELU(hb) (accumulating when first is
- * false) and dh (those rows of h's gradient) = (gb w) * GELU'(hb). 0, or
- * -1 when out of memory. */
+ * upstream gradient's, dh (those rows of h's gradient) = (gb w) * GELU'(hb)
+ * and dw (+)= gb^T GELU(hb) (accumulating when first is false). When both
+ * are wanted, gb w goes straight into dh and one pass over hb makes GELU(hb)
+ * and scales dh by GELU'(hb) in place. 0, or -1 when out of memory. */
 static int gelu_affine_block(tg_node *n, const tg_tensor *hb, const char *gb,
                              const tg_tensor *wc, void *dw, tg_tensor *dh, bool first)
 {
     tg_dtype dt = hb->dtype;
     int64_t nr = hb->shape[0], in = hb->shape[1], out = n->inputs[1]->shape[0];
-    tg__binary_kind k = n->iargs[0] == TG_GELU_TANH ? TG_BIN_GELU_TANH_GRAD : TG_BIN_GELU_ERF_GRAD;
+    bool tanh_form = n->iargs[0] == TG_GELU_TANH;
     int rc = 0;
-    if (dw) {
-        tg_tensor *a = tg__unary(hb, gelu_of(n->iargs[0]), 0);
-        rc = a ? tg__gemm(dt, false, true, false, out, in, nr, 1.0, gb, out, tg__ptr(a), in,
-                          first ? 0.0 : 1.0, dw, in)
-               : -1;
-        tg_release(a);
-    }
-    if (rc == 0 && dh) {
-        tg_tensor *da = tg__empty_uninit(dt, 2, (int64_t[]){nr, in});
+    tg_tensor *a = NULL; /* GELU(hb), for dw */
+    if (dh) {
+        /* gb w: into dh itself when the fused pass follows, else beside it */
+        tg_tensor *da = dw ? tg_retain(dh) : tg__empty_uninit(dt, 2, (int64_t[]){nr, in});
         rc = da ? tg__gemm(dt, false, false, false, nr, in, out, 1.0, gb, out, tg__ptr(wc), in,
                            0.0, tg__ptr(da), in)
                 : -1;
-        if (rc == 0)
+        if (rc == 0 && dw) {
+            a = tg__empty_uninit(dt, 2, (int64_t[]){nr, in});
+            if (a)
+                tg__gelu_with_grad(dt, tanh_form, tg__ptr(hb), tg__ptr(a), tg__ptr(dh), nr * in);
+        } else if (rc == 0) {
+            tg__binary_kind k = tanh_form ? TG_BIN_GELU_TANH_GRAD : TG_BIN_GELU_ERF_GRAD;
             rc = tg__binary_into(dh, da, hb, k);
+        }
         tg_release(da);
+    } else if (dw) {
+        a = tg__unary(hb, gelu_of(n->iargs[0]), 0);
     }
+    if (rc == 0 && dw)
+        rc = a ? tg__gemm(dt, false, true, false, out, in, nr, 1.0, gb, out, tg__ptr(a), in,
+                          first ? 0.0 : 1.0, dw, in)
+               : -1;
+    tg_release(a);
     return rc;
 }
 

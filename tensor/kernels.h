@@ -46,6 +46,12 @@ int tg__binary_into(tg_tensor *out, const tg_tensor *a, const tg_tensor *b,
 /* out = kind(x, arg); x a float tensor. New tensor. */
 tg_tensor *tg__unary(const tg_tensor *x, tg__unary_kind kind, double arg);
 
+/* a = GELU(h) and d = d * GELU'(h), elementwise over n contiguous elements
+ * of a float dtype (a, d and h distinct), the tanh or the erf form: the
+ * backward of a GELU whose output is also needed again, in one pass. */
+void tg__gelu_with_grad(tg_dtype dtype, bool tanh_form, const void *h, void *a, void *d,
+                        int64_t n);
+
 /* Sums x over the dims flagged in reduce[] (keepdim shape). New tensor.
  * (tensor/reduce.c) */
 tg_tensor *tg__sum_dims(const tg_tensor *x, const bool *reduce);

@@ -302,3 +302,58 @@ tg_tensor *tg__unary(const tg_tensor *x, tg__unary_kind kind, double arg)
         UNARY_ALL(double);
     return out;
 }
+
+/* ---- GELU and its gradient together --------------------------------------------- */
+
+/* a = GELU(h) and d *= GELU'(h) on n float32 elements, the tanh form: one
+ * tanh per element serves both, in the arithmetic of gelu_tanh_f32 and
+ * gelu_tanh_grad_f32. */
+TG_VECTOR_CLONES
+static void gelu_tanh_with_grad_f32(const float *restrict h, float *restrict a,
+                                    float *restrict d, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float x = h[i];
+        float u = (float)SQRT_2_OVER_PI * (x + (float)GELU_C * x * x * x);
+        float t = tg__tanhf_approx(u);
+        float du = (float)SQRT_2_OVER_PI * (1.0f + 3.0f * (float)GELU_C * x * x);
+        a[i] = 0.5f * x * (1.0f + t);
+        d[i] = d[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+    }
+}
+
+/* The same for any float dtype and either form, in double, rounding once:
+ * the erf form shares its CDF, the tanh form its tanh. */
+#define GELU_WITH_GRAD_LOOP(T)                                                \
+    do {                                                                      \
+        const T *hh = (const T *)h + lo;                                      \
+        T *aa = (T *)a + lo, *dd = (T *)d + lo;                               \
+        for (int64_t i = 0; i < len; i++) {                                   \
+            double x = hh[i], g, dg;                                          \
+            if (tanh_form) {                                                  \
+                double t = tanh(SQRT_2_OVER_PI * (x + GELU_C * x * x * x));   \
+                double du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * x * x);    \
+                g = 0.5 * x * (1.0 + t);                                      \
+                dg = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;          \
+            } else {                                                          \
+                double cdf = 0.5 * (1.0 + erf(x * M_SQRT1_2));                \
+                g = x * cdf;                                                  \
+                dg = cdf + x * exp(-0.5 * x * x) * 0.3989422804014327;        \
+            }                                                                 \
+            aa[i] = (T)g;                                                     \
+            dd[i] = (T)(dd[i] * dg);                                          \
+        }                                                                     \
+    } while (0)
+
+void tg__gelu_with_grad(tg_dtype dtype, bool tanh_form, const void *h, void *a, void *d,
+                        int64_t n)
+{
+    if (dtype == TG_FLOAT32 && tanh_form)
+        TG_FOR_BLOCKS(n, lo, len,
+                      gelu_tanh_with_grad_f32((const float *)h + lo, (float *)a + lo,
+                                              (float *)d + lo, len));
+    else if (dtype == TG_FLOAT32)
+        TG_FOR_BLOCKS(n, lo, len, GELU_WITH_GRAD_LOOP(float));
+    else
+        TG_FOR_BLOCKS(n, lo, len, GELU_WITH_GRAD_LOOP(double));
+}

@@ -178,17 +178,32 @@ typedef tg_tensor *(*two_ways_fn)(tg_tensor *const *in, bool fused, int variant)
 /* Runs f both ways on copies of n normal inputs of dtype dt, and asserts the
  * same output (within tol_out) and the same gradient of sum(y^2) for every
  * input (within tol_grad). */
+static void check_fused_against_split_for(tg_rng *rng, tg_dtype dt, int n, const int *ndims,
+                                          const int64_t *const *shapes, two_ways_fn f,
+                                          int variant, double tol_out, double tol_grad,
+                                          unsigned trained);
+
 static void check_fused_against_split(tg_rng *rng, tg_dtype dt, int n, const int *ndims,
                                       const int64_t *const *shapes, two_ways_fn f, int variant,
                                       double tol_out, double tol_grad)
+{
+    check_fused_against_split_for(rng, dt, n, ndims, shapes, f, variant, tol_out, tol_grad, ~0u);
+}
+
+/* The same with gradients wanted only for the inputs whose bit is set in
+ * trained (bit i: input i); the others must get none. */
+static void check_fused_against_split_for(tg_rng *rng, tg_dtype dt, int n, const int *ndims,
+                                          const int64_t *const *shapes, two_ways_fn f,
+                                          int variant, double tol_out, double tol_grad,
+                                          unsigned trained)
 {
     tg_tensor *in[2][5];
     ck_assert_int_le(n, 5);
     for (int i = 0; i < n; i++) {
         in[0][i] = tg_randn(rng, dt, ndims[i], shapes[i]);
         in[1][i] = tg_to_dtype(in[0][i], dt); /* a copy */
-        tg_set_requires_grad(in[0][i], true);
-        tg_set_requires_grad(in[1][i], true);
+        tg_set_requires_grad(in[0][i], trained >> i & 1);
+        tg_set_requires_grad(in[1][i], trained >> i & 1);
     }
     tg_scope_begin();
     tg_tensor *y[2];
@@ -199,8 +214,12 @@ static void check_fused_against_split(tg_rng *rng, tg_dtype dt, int n, const int
     assert_same(y[0], y[1], tol_out);
     for (int w = 0; w < 2; w++)
         ck_assert_int_eq(tg_backward(tg_sum(tg_mul(y[w], y[w]), NULL, 0, false), NULL), 0);
-    for (int i = 0; i < n; i++)
-        assert_same(tg_grad(in[0][i]), tg_grad(in[1][i]), tol_grad);
+    for (int i = 0; i < n; i++) {
+        if (trained >> i & 1)
+            assert_same(tg_grad(in[0][i]), tg_grad(in[1][i]), tol_grad);
+        else
+            ck_assert_ptr_null(tg_grad(in[0][i]));
+    }
     tg_scope_end();
     for (int i = 0; i < n; i++) {
         tg_release(in[0][i]);
@@ -244,6 +263,22 @@ START_TEST(gelu_affine_matches_the_two_ops_it_fuses_over_several_blocks)
     for (int kind = 0; kind < 2; kind++)
         check_fused_against_split(rng, TG_FLOAT64, 3, (const int[]){3, 2, 1}, shapes,
                                   gelu_affine_two_ways, kind, 1e-12, 1e-10);
+    tg_rng_free(rng);
+}
+END_TEST
+
+/* In float32 (the vectorised GELU-with-gradient pass for the tanh form),
+ * and with only h or only the weights trained (backward's other two
+ * branches), for both GELUs: the same as tg_affine(tg_gelu(...)). */
+START_TEST(gelu_affine_matches_the_two_ops_in_float32_and_with_part_trained)
+{
+    tg_rng *rng = tg_rng_new(11);
+    const int64_t *shapes[3] = {SHAPE(2, 37, 48), SHAPE(20, 48), SHAPE(20)};
+    const unsigned trained[3] = {7u, 1u, 6u}; /* all; h alone; weight and bias */
+    for (int kind = 0; kind < 2; kind++)
+        for (int t = 0; t < 3; t++)
+            check_fused_against_split_for(rng, TG_FLOAT32, 3, (const int[]){3, 2, 1}, shapes,
+                                          gelu_affine_two_ways, kind, 1e-5, 1e-4, trained[t]);
     tg_rng_free(rng);
 }
 END_TEST
@@ -618,6 +653,7 @@ int main(void)
     tcase_add_test(ln, layer_norm_rejects_bad_arguments);
     tcase_add_test(ln, layer_norm_affine_matches_the_two_ops_it_fuses);
     tcase_add_test(ln, gelu_affine_matches_the_two_ops_it_fuses_over_several_blocks);
+    tcase_add_test(ln, gelu_affine_matches_the_two_ops_in_float32_and_with_part_trained);
     suite_add_tcase(s, ln);
     TCase *emb = tcase_checked("embedding");
     tcase_add_test(emb, embedding_picks_rows_for_indices_of_any_shape);
