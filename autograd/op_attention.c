@@ -63,29 +63,48 @@ static size_t esize(const attn_plan *p)
 typedef double dlanes __attribute__((vector_size(DLANES * sizeof(double))));
 typedef int64_t dlanes_bits __attribute__((vector_size(DLANES * sizeof(int64_t))));
 typedef float flanes __attribute__((vector_size(DLANES * sizeof(float))));
+typedef int32_t flanes_bits __attribute__((vector_size(DLANES * sizeof(int32_t))));
 
 static inline double dlanes_sum(dlanes v)
 {
     return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
 }
 
-/* The largest of init and s[0..n); NaNs are passed over, as `>` does. */
+/* The largest of init and s[0..n) (s of dtype); NaNs are passed over, as
+ * `>` does. float32 rows compare in float, which is exact. */
 TG_VECTOR_CLONES
-static double row_max(const double *s, int64_t n, double init)
+static double row_max(tg_dtype dtype, const void *s, int64_t n, double init)
 {
-    dlanes m = {init, init, init, init, init, init, init, init};
+    double mx = init;
     int64_t c = 0;
+    if (dtype == TG_FLOAT32) {
+        const float *sf = s;
+        float fi = (float)init; /* init is -inf or a float32 score */
+        flanes m = {fi, fi, fi, fi, fi, fi, fi, fi};
+        for (; c + DLANES <= n; c += DLANES) {
+            flanes v;
+            memcpy(&v, sf + c, sizeof v);
+            flanes_bits gt = v > m;
+            m = (flanes)(((flanes_bits)v & gt) | ((flanes_bits)m & ~gt));
+        }
+        for (int l = 0; l < DLANES; l++)
+            mx = m[l] > mx ? m[l] : mx;
+        for (; c < n; c++)
+            mx = sf[c] > mx ? sf[c] : mx;
+        return mx;
+    }
+    const double *sd = s;
+    dlanes m = {init, init, init, init, init, init, init, init};
     for (; c + DLANES <= n; c += DLANES) {
         dlanes v;
-        memcpy(&v, s + c, sizeof v);
+        memcpy(&v, sd + c, sizeof v);
         dlanes_bits gt = v > m;
         m = (dlanes)(((dlanes_bits)v & gt) | ((dlanes_bits)m & ~gt));
     }
-    double mx = init;
     for (int l = 0; l < DLANES; l++)
         mx = m[l] > mx ? m[l] : mx;
     for (; c < n; c++)
-        mx = s[c] > mx ? s[c] : mx;
+        mx = sd[c] > mx ? sd[c] : mx;
     return mx;
 }
 
@@ -128,54 +147,65 @@ static int64_t key_end(const attn_plan *p, int64_t r1)
     return p->causal && r1 < p->S ? r1 : p->S;
 }
 
-/* Adds the mask and the causal rule to a tile of scores s [nr, BC] (rows
- * r0.., keys j0..): masked entries become -inf, a float mask is added. */
+/* One row of a score tile in T: the mask row mp (elements sj apart; bool:
+ * true masks, float: added in double, the sum rounded to T). */
+#define MASK_ROW(T, row, m, mp_off, sj, nc)                                   \
+    do {                                                                      \
+        if ((m)->dtype == TG_BOOL) {                                          \
+            const bool *mp = (const bool *)tg__ptr(m) + (mp_off);             \
+            for (int64_t c = 0; c < (nc); c++)                                \
+                if (mp[c * (sj)])                                             \
+                    (row)[c] = -INFINITY;                                     \
+        } else if ((m)->dtype == TG_FLOAT32) {                                \
+            const float *mp = (const float *)tg__ptr(m) + (mp_off);           \
+            for (int64_t c = 0; c < (nc); c++)                                \
+                (row)[c] = (T)((double)(row)[c] + mp[c * (sj)]);              \
+        } else {                                                              \
+            const double *mp = (const double *)tg__ptr(m) + (mp_off);         \
+            for (int64_t c = 0; c < (nc); c++)                                \
+                (row)[c] = (T)((double)(row)[c] + mp[c * (sj)]);              \
+        }                                                                     \
+    } while (0)
+
+/* Adds the mask and the causal rule to a tile of scores t [nr, BC] in the
+ * dtype (rows r0.., keys j0..): masked entries become -inf, a float mask is
+ * added. */
 static void mask_tile(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int64_t j0,
-                      int64_t nc, double *s)
+                      int64_t nc, void *t)
 {
+    bool f32 = p->dtype == TG_FLOAT32;
     if (p->mask) {
         const tg_tensor *m = p->mask;
         int64_t base = batch_off(p, p->mst, b), si = p->mst[p->nbd], sj = p->mst[p->nbd + 1];
         for (int64_t r = 0; r < nr; r++) {
             int64_t o = base + (r0 + r) * si + j0 * sj;
-            double *row = s + r * BC;
-            if (m->dtype == TG_BOOL) {
-                const bool *mp = (const bool *)tg__ptr(m) + o;
-                for (int64_t c = 0; c < nc; c++)
-                    if (mp[c * sj])
-                        row[c] = -INFINITY;
-            } else if (m->dtype == TG_FLOAT32) {
-                const float *mp = (const float *)tg__ptr(m) + o;
-                for (int64_t c = 0; c < nc; c++)
-                    row[c] += mp[c * sj];
-            } else {
-                const double *mp = (const double *)tg__ptr(m) + o;
-                for (int64_t c = 0; c < nc; c++)
-                    row[c] += mp[c * sj];
-            }
+            if (f32)
+                MASK_ROW(float, (float *)t + r * BC, m, o, sj, nc);
+            else
+                MASK_ROW(double, (double *)t + r * BC, m, o, sj, nc);
         }
     }
     if (p->causal && j0 + nc - 1 > r0)
         for (int64_t r = 0; r < nr; r++)
-            for (int64_t c = r0 + r + 1 - j0 < 0 ? 0 : r0 + r + 1 - j0; c < nc; c++)
-                s[r * BC + c] = -INFINITY;
+            for (int64_t c = r0 + r + 1 - j0 < 0 ? 0 : r0 + r + 1 - j0; c < nc; c++) {
+                if (f32)
+                    ((float *)t)[r * BC + c] = -INFINITY;
+                else
+                    ((double *)t)[r * BC + c] = -INFINITY;
+            }
 }
 
-/* The tile of scaled scores for rows r0.. and keys j0.. of batch b, in the
- * dtype's buffer t [nr, BC], widened into s [nr, BC] with the mask applied. */
+/* The tile of scaled scores for rows r0.. and keys j0.. of batch b, with
+ * the mask applied, in the dtype's buffer t [nr, BC]. */
 static int score_tile(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int64_t j0,
-                      int64_t nc, void *t, double *s)
+                      int64_t nc, void *t)
 {
     const char *q = p->q + (size_t)(batch_off(p, p->qb, b) + r0 * p->qrs) * esize(p);
     const char *k = p->k + (size_t)(batch_off(p, p->kb, b) + j0 * p->krs) * esize(p);
     if (tg__gemm(p->dtype, true, false, true, nr, nc, p->E, p->scale, q, p->qrs, k, p->krs, 0.0,
                  t, BC) < 0)
         return -1;
-    for (int64_t r = 0; r < nr; r++)
-        for (int64_t c = 0; c < nc; c++)
-            s[r * BC + c] = p->dtype == TG_FLOAT32 ? ((float *)t)[r * BC + c]
-                                                   : ((double *)t)[r * BC + c];
-    mask_tile(p, b, r0, nr, j0, nc, s);
+    mask_tile(p, b, r0, nr, j0, nc, t);
     return 0;
 }
 
@@ -188,11 +218,12 @@ static void store(tg_dtype dtype, void *t, int64_t i, double x)
 }
 
 
-/* Per-thread scratch: a dtype tile t [BR, BC], a second one t2 (backward's
- * dP), the widened scores s [BR, BC], and an accumulator acc [BR, Ev]. */
+/* Per-thread scratch: a dtype tile t [BR, BC] (the scores, then what is
+ * made of them in place), a second one t2 (backward's dP), and an
+ * accumulator acc [BR, Ev]. */
 typedef struct {
     void *t, *t2, *acc;
-    double *s, *m, *l; /* s [BR, BC]; m, l [BR]: running max and sum */
+    double *m, *l; /* [BR]: running max and sum */
 } scratch;
 
 static int scratch_new(scratch *w, const attn_plan *p)
@@ -201,35 +232,33 @@ static int scratch_new(scratch *w, const attn_plan *p)
     w->t = malloc(BR * BC * es);
     w->t2 = malloc(BR * BC * es);
     w->acc = malloc(BR * ev * es);
-    w->s = malloc(BR * BC * sizeof(double));
     w->m = malloc(BR * sizeof(double));
     w->l = malloc(BR * sizeof(double));
-    return w->t && w->t2 && w->acc && w->s && w->m && w->l ? 0 : -1;
+    return w->t && w->t2 && w->acc && w->m && w->l ? 0 : -1;
 }
 
 static void scratch_free(scratch *w)
 {
-    free(w->t), free(w->t2), free(w->acc), free(w->s), free(w->m), free(w->l);
+    free(w->t), free(w->t2), free(w->acc), free(w->m), free(w->l);
 }
 
 /* ---- forward ------------------------------------------------------------- */
 
-/* dst[at + c] = exp(s[c] - shift) for c < nc, in dst's dtype; returns their
- * sum (row_dot's order). float32 tiles use the vectorised float exp: the
- * tile feeds a float32 GEMM anyway. */
+/* t[c] = exp(t[c] - shift) for c < nc, in place in the dtype; returns their
+ * sum (row_dot's order). The difference is taken in double; float32 tiles
+ * then use the vectorised float exp: the tile feeds a float32 GEMM anyway. */
 TG_VECTOR_CLONES
-static double exp_row(tg_dtype dtype, const double *s, double shift, void *dst, int64_t at,
-                      int64_t nc)
+static double exp_row(tg_dtype dtype, void *t, double shift, int64_t nc)
 {
     if (dtype == TG_FLOAT32) {
-        float *d = (float *)dst + at;
+        float *d = t;
         for (int64_t c = 0; c < nc; c++)
-            d[c] = tg__expf((float)(s[c] - shift));
+            d[c] = tg__expf((float)((double)d[c] - shift));
         return row_dot(dtype, d, NULL, nc);
     }
-    double *d = (double *)dst + at;
+    double *d = t;
     for (int64_t c = 0; c < nc; c++)
-        d[c] = exp(s[c] - shift);
+        d[c] = exp(d[c] - shift);
     return row_dot(dtype, d, NULL, nc);
 }
 
@@ -259,21 +288,22 @@ static void scaled_copy(tg_dtype dtype, void *dst, const void *src, int64_t n, d
 
 /* Online softmax over one score tile (rows r0.., keys j0.. of batch b): for
  * each row, the new running max, the rescaling of what was accumulated, and
- * p = exp(s - max) into w->t, dropped out after its sum is taken (the sum
- * normalises the weights before dropout). */
+ * p = exp(s - max) in place of the scores in w->t, dropped out after its sum
+ * is taken (the sum normalises the weights before dropout). */
 static void online_softmax(const attn_plan *p, scratch *w, int64_t b, int64_t r0, int64_t j0,
                            int64_t nr, int64_t nc)
 {
     for (int64_t r = 0; r < nr; r++) {
-        double *s = w->s + r * BC, mx = row_max(s, nc, w->m[r]);
+        char *t = (char *)w->t + (size_t)(r * BC) * esize(p);
+        double mx = row_max(p->dtype, t, nc, w->m[r]);
         if (mx == -INFINITY) { /* nothing seen yet in this row: add nothing */
             for (int64_t c = 0; c < nc; c++)
-                store(p->dtype, w->t, r * BC + c, 0);
+                store(p->dtype, t, c, 0);
             continue;
         }
-        double alpha = exp(w->m[r] - mx), sum = exp_row(p->dtype, s, mx, w->t, r * BC, nc);
+        double alpha = exp(w->m[r] - mx), sum = exp_row(p->dtype, t, mx, nc);
         if (p->dropout)
-            drop_weights(p, b, r0 + r, j0, (char *)w->t + (size_t)(r * BC) * esize(p), nc);
+            drop_weights(p, b, r0 + r, j0, t, nc);
         bool first = w->m[r] == -INFINITY; /* the accumulator is still zero */
         w->l[r] = w->l[r] * alpha + sum;
         w->m[r] = mx;
@@ -307,7 +337,7 @@ static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, 
     const char *v = p->v + (size_t)batch_off(p, p->vb, b) * es;
     for (int64_t j0 = 0, jend = key_end(p, r0 + nr); j0 < jend; j0 += BC) {
         int64_t nc = jend - j0 < BC ? jend - j0 : BC;
-        if (score_tile(p, b, r0, nr, j0, nc, w->t, w->s) < 0)
+        if (score_tile(p, b, r0, nr, j0, nc, w->t) < 0)
             return -1;
         online_softmax(p, w, b, r0, j0, nr, nc);
         if (tg__gemm(p->dtype, true, false, false, nr, p->Ev, nc, 1.0, w->t, BC,
@@ -373,51 +403,49 @@ static void keep_row(const attn_plan *p, int64_t b, int64_t i, int64_t j0, doubl
                   z);
 }
 
-/* From the scores in w->s (rows r0.., keys j0.. of batch b) and dPd [nr, nc]
- * in w->t2, the gradient of the weights after dropout: P = exp(s - lse),
- * Pd = P * Z (Z: dropout's 0 or keep) into w->t2 and dS = P * (dPd * Z - D)
- * into w->t. D = rowsum(dPd * Pd) = rowsum(dO * O) holds with dropout too. */
+/* From the scores s in w->t (rows r0.., keys j0.. of batch b) and dPd
+ * [nr, nc] in w->t2, the gradient of the weights after dropout:
+ * P = exp(s - lse), Pd = P * Z (Z: dropout's 0 or keep) into w->t2 and
+ * dS = P * (dPd * Z - D) into w->t, each element in place. D = rowsum(dPd *
+ * Pd) = rowsum(dO * O) holds with dropout too. */
 TG_VECTOR_CLONES
 static void grad_tile(const attn_plan *p, scratch *w, const double *lse, const double *dsum,
                       int64_t b, int64_t r0, int64_t j0, int64_t nr, int64_t nc)
 {
     for (int64_t r = 0; r < nr; r++) {
-        double *s = w->s + r * BC;
         /* lse = -inf only on a row with every key masked: P = 0 there. */
-        double shift = lse[r];
-        if (shift == -INFINITY) {
-            for (int64_t c = 0; c < nc; c++)
-                s[c] = -INFINITY;
+        double shift = lse[r], keep_all = shift == -INFINITY ? 0 : 1;
+        if (shift == -INFINITY)
             shift = 0;
-        }
         double z[BC];
         if (p->dropout)
             keep_row(p, b, r0 + r, j0, z, nc);
         if (p->dtype == TG_FLOAT32 && p->dropout) {
             float *ds = (float *)w->t + r * BC, *pd = (float *)w->t2 + r * BC, d = (float)dsum[r];
             for (int64_t c = 0; c < nc; c++) {
-                float pr = tg__expf((float)(s[c] - shift)), zc = (float)z[c];
+                float pr = tg__expf((float)((double)ds[c] - shift)) * (float)keep_all;
+                float zc = (float)z[c];
                 ds[c] = pr * (pd[c] * zc - d);
                 pd[c] = pr * zc;
             }
         } else if (p->dtype == TG_FLOAT32) {
             float *ds = (float *)w->t + r * BC, *pd = (float *)w->t2 + r * BC, d = (float)dsum[r];
             for (int64_t c = 0; c < nc; c++) {
-                float pr = tg__expf((float)(s[c] - shift));
+                float pr = tg__expf((float)((double)ds[c] - shift)) * (float)keep_all;
                 ds[c] = pr * (pd[c] - d);
                 pd[c] = pr;
             }
         } else if (p->dropout) {
             double *ds = (double *)w->t + r * BC, *pd = (double *)w->t2 + r * BC;
             for (int64_t c = 0; c < nc; c++) {
-                double pr = exp(s[c] - shift);
+                double pr = exp(ds[c] - shift) * keep_all;
                 ds[c] = pr * (pd[c] * z[c] - dsum[r]);
                 pd[c] = pr * z[c];
             }
         } else {
             double *ds = (double *)w->t + r * BC, *pd = (double *)w->t2 + r * BC;
             for (int64_t c = 0; c < nc; c++) {
-                double pr = exp(s[c] - shift);
+                double pr = exp(ds[c] - shift) * keep_all;
                 ds[c] = pr * (pd[c] - dsum[r]);
                 pd[c] = pr;
             }
@@ -450,7 +478,7 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
         for (int64_t j0 = 0, jend = key_end(p, r0 + nr); j0 < jend; j0 += BC) {
             int64_t nc = jend - j0 < BC ? jend - j0 : BC;
             const char *kj = k + (size_t)(j0 * p->krs) * es, *vj = v + (size_t)(j0 * p->vrs) * es;
-            int rc = score_tile(p, b, r0, nr, j0, nc, w->t, w->s);
+            int rc = score_tile(p, b, r0, nr, j0, nc, w->t);
             /* dPd = dO_i V_j^T [nr, nc] */
             rc |= tg__gemm(dt, true, false, true, nr, nc, p->Ev, 1.0, goi, p->Ev, vj, p->vrs, 0.0,
                            w->t2, BC);
