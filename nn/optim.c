@@ -120,10 +120,10 @@ static void adam_flat_f32(float *p, const float *g, float *m, float *v, int64_t 
     TG_FOR_BLOCKS(n, lo, len, adam_block_f32(p + lo, g + lo, m + lo, v + lo, len, c));
 }
 
-/* Updates one parameter that has a gradient; s->steps already counts this step. */
-static void update_slot(const tg_optim *opt, const slot *s)
+/* The coefficients of one parameter's update; s->steps already counts this
+ * step. */
+static coefs slot_coefs(const tg_optim *opt, const slot *s)
 {
-    const tg_tensor *p = s->param, *g = p->grad;
     coefs c = {.lr = opt->lr, .momentum = opt->momentum, .decay = 1};
     if (opt->kind == KIND_ADAMW)
         c.decay = 1 - opt->lr * opt->weight_decay;
@@ -139,6 +139,22 @@ static void update_slot(const tg_optim *opt, const slot *s)
         c.step_size = opt->lr / (1 - pow(opt->beta1, t));
         c.bc2_sqrt = sqrt(1 - pow(opt->beta2, t));
     }
+    return c;
+}
+
+/* True when slot s takes the flat float32 Adam(W) kernel. */
+static bool flat_adam(const tg_optim *opt, const slot *s)
+{
+    const tg_tensor *p = s->param;
+    return opt->kind != KIND_SGD && p->dtype == TG_FLOAT32 && tg_is_contiguous(p) &&
+           tg_is_contiguous(p->grad);
+}
+
+/* Updates one parameter that has a gradient; s->steps already counts this step. */
+static void update_slot(const tg_optim *opt, const slot *s)
+{
+    const tg_tensor *p = s->param, *g = p->grad;
+    coefs c = slot_coefs(opt, s);
     int64_t strides[4][TG_MAX_DIMS];
     memcpy(strides[0], p->stride, sizeof strides[0]);
     memcpy(strides[1], g->stride, sizeof strides[1]);
@@ -153,7 +169,7 @@ static void update_slot(const tg_optim *opt, const slot *s)
         sgd_float(tg__ptr(p), tg__ptr(g), s->m ? tg__ptr(s->m) : NULL, &it, &c);
     else if (opt->kind == KIND_SGD)
         sgd_double(tg__ptr(p), tg__ptr(g), s->m ? tg__ptr(s->m) : NULL, &it, &c);
-    else if (f32 && tg_is_contiguous(p) && tg_is_contiguous(g))
+    else if (flat_adam(opt, s))
         adam_flat_f32(tg__ptr(p), tg__ptr(g), tg__ptr(s->m), tg__ptr(s->v),
                       tg__numel(p->ndim, p->shape), &c);
     else if (f32)
@@ -319,6 +335,55 @@ static bool same_shape(const tg_tensor *a, const tg_tensor *b)
     return a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape);
 }
 
+/* One TG_PAR_MIN-element span of one flat float32 Adam(W) parameter. */
+typedef struct {
+    int slot;
+    int64_t lo, len;
+} flat_span;
+
+/* Every parameter that takes the flat float32 Adam(W) kernel, cut into
+ * spans and shared out to the team in one parallel loop: a model of many
+ * small tensors would otherwise update most of them on one thread, one
+ * team start per tensor. Each element's update is its own, so the result
+ * is the same on any thread count. 0, or -1 (nothing done) when the list
+ * could not be allocated. */
+static int update_flat_together(const tg_optim *opt)
+{
+    int64_t count = 0;
+    for (int i = 0; i < opt->n; i++)
+        if (opt->slots[i].param->grad && flat_adam(opt, &opt->slots[i]))
+            count += (tg_numel(opt->slots[i].param) + TG_PAR_MIN - 1) / TG_PAR_MIN;
+    if (count == 0)
+        return 0;
+    flat_span *spans = malloc((size_t)count * sizeof *spans);
+    coefs *c = malloc((size_t)opt->n * sizeof *c);
+    if (!spans || !c) {
+        free(spans);
+        free(c);
+        return -1;
+    }
+    int64_t k = 0;
+    for (int i = 0; i < opt->n; i++) {
+        if (!opt->slots[i].param->grad || !flat_adam(opt, &opt->slots[i]))
+            continue;
+        c[i] = slot_coefs(opt, &opt->slots[i]);
+        int64_t n = tg_numel(opt->slots[i].param);
+        for (int64_t lo = 0; lo < n; lo += TG_PAR_MIN)
+            spans[k++] = (flat_span){i, lo, n - lo < TG_PAR_MIN ? n - lo : TG_PAR_MIN};
+    }
+#pragma omp parallel for schedule(static) if (count > 1)
+    for (int64_t j = 0; j < count; j++) {
+        const slot *s = &opt->slots[spans[j].slot];
+        int64_t lo = spans[j].lo;
+        adam_block_f32((float *)tg__ptr(s->param) + lo, (const float *)tg__ptr(s->param->grad) + lo,
+                       (float *)tg__ptr(s->m) + lo, (float *)tg__ptr(s->v) + lo, spans[j].len,
+                       &c[spans[j].slot]);
+    }
+    free(spans);
+    free(c);
+    return 0;
+}
+
 int tg_optim_step(tg_optim *opt)
 {
     TG_CHECK_NULL_STATUS(opt);
@@ -333,13 +398,16 @@ int tg_optim_step(tg_optim *opt)
         }
     }
     bool was = tg_set_grad_enabled(false);
-    for (int i = 0; i < opt->n; i++) {
-        slot *s = &opt->slots[i];
-        if (!s->param->grad)
-            continue;
-        s->steps++;
-        update_slot(opt, s);
-    }
+    for (int i = 0; i < opt->n; i++)
+        if (opt->slots[i].param->grad)
+            opt->slots[i].steps++;
+    if (update_flat_together(opt) < 0) /* out of memory for the list: one at a time */
+        for (int i = 0; i < opt->n; i++)
+            if (opt->slots[i].param->grad && flat_adam(opt, &opt->slots[i]))
+                update_slot(opt, &opt->slots[i]);
+    for (int i = 0; i < opt->n; i++)
+        if (opt->slots[i].param->grad && !flat_adam(opt, &opt->slots[i]))
+            update_slot(opt, &opt->slots[i]);
     opt->steps++;
     tg_set_grad_enabled(was);
     return 0;
