@@ -1,5 +1,6 @@
 /* Summing over chosen dims: the kernel behind sum, mean and the engine's
  * reduction of broadcast gradients. Accumulates in double for both dtypes. */
+#include "fastmath.h"
 #include "kernels.h"
 
 #include <string.h>
@@ -26,19 +27,51 @@
 /* Columns per block when the leading dims of a contiguous tensor are summed
  * (a bias gradient): each block is one thread's, its rows added in order,
  * so any thread count gives the same sums. */
-#define SUM_COLS 256
+#define SUM_COLS 64
 
-/* acc[j] (double, zeroed) += x[r * cols + j] for j in [j0, j1), every row. */
-#define SUM_LEADING(T)                                                        \
-    static void sum_leading_##T(const T *x, int64_t rows, int64_t cols, int64_t j0, \
-                                int64_t j1, double *acc)                     \
-    {                                                                         \
-        for (int64_t r = 0; r < rows; r++)                                    \
-            for (int64_t j = j0; j < j1; j++)                                 \
-                acc[j] += (double)x[r * cols + j];                            \
+/* Eight double lanes: a float32 block of SUM_COLS columns is summed in
+ * SUM_COLS / 8 of them, held in registers over all the rows. */
+#define SUM_LANES 8
+typedef double sum_dlanes __attribute__((vector_size(SUM_LANES * sizeof(double))));
+typedef float sum_flanes __attribute__((vector_size(SUM_LANES * sizeof(float))));
+
+/* acc[j] (double, zeroed) += x[r * cols + j] for j in [j0, j1), every row in
+ * order: whole blocks of SUM_COLS columns in vector accumulators, any
+ * columns left one at a time. */
+TG_VECTOR_CLONES
+static void sum_leading_float(const float *x, int64_t rows, int64_t cols, int64_t j0,
+                              int64_t j1, double *acc)
+{
+    enum { NV = SUM_COLS / SUM_LANES };
+    int64_t j = j0;
+    for (; j + SUM_COLS <= j1; j += SUM_COLS) {
+        sum_dlanes a[NV];
+        for (int v = 0; v < NV; v++)
+            memcpy(&a[v], acc + j + v * SUM_LANES, sizeof a[v]);
+        for (int64_t r = 0; r < rows; r++) {
+            const float *row = x + r * cols + j;
+            for (int v = 0; v < NV; v++) {
+                sum_flanes f;
+                memcpy(&f, row + v * SUM_LANES, sizeof f);
+                a[v] += __builtin_convertvector(f, sum_dlanes);
+            }
+        }
+        for (int v = 0; v < NV; v++)
+            memcpy(acc + j + v * SUM_LANES, &a[v], sizeof a[v]);
     }
-SUM_LEADING(float)
-SUM_LEADING(double)
+    for (; j < j1; j++)
+        for (int64_t r = 0; r < rows; r++)
+            acc[j] += (double)x[r * cols + j];
+}
+
+/* The same for float64, as plain loops. */
+static void sum_leading_double(const double *x, int64_t rows, int64_t cols, int64_t j0,
+                               int64_t j1, double *acc)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = j0; j < j1; j++)
+            acc[j] += x[r * cols + j];
+}
 
 /* The dims reduced are exactly the leading ones of a contiguous x: the sums
  * of rows x cols by column, into acc. False when x is not of that form. */

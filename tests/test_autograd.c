@@ -330,6 +330,34 @@ START_TEST(sum_and_mean_over_dims)
 }
 END_TEST
 
+/* float32 sums over the leading dims (a bias gradient) are summed in double,
+ * each column's rows in order, then rounded: bit for bit the naive loop's,
+ * on whole 64-column blocks and on the 22 columns after them, in a tensor
+ * big enough to be split across threads. */
+START_TEST(float_sum_over_leading_dims_is_the_in_order_double_sum)
+{
+    enum { R = 4, S = 75, C = 150 };
+    static float v[R * S * C];
+    for (int i = 0; i < R * S * C; i++)
+        v[i] = sinf(0.37f * (float)i) * (float)(1 + i % 5);
+    tg_tensor *x = tg_from_data(TG_FLOAT32, 3, (int64_t[]){R, S, C}, v);
+    tg_scope_begin();
+    tg_tensor *sum = tg_sum(x, (int[]){0, 1}, 2, false);
+    ck_assert_ptr_nonnull(sum);
+    const float *got = tg_data(sum);
+    int bad = 0;
+    for (int j = 0; j < C; j++) {
+        double want = 0;
+        for (int r = 0; r < R * S; r++)
+            want += v[r * C + j];
+        bad += got[j] != (float)want;
+    }
+    ck_assert_int_eq(bad, 0);
+    tg_scope_end();
+    tg_release(x);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("autograd");
@@ -359,6 +387,7 @@ int main(void)
     TCase *reduce = tcase_checked("reductions");
     tcase_add_test(reduce, max_returns_values_and_first_index);
     tcase_add_test(reduce, sum_and_mean_over_dims);
+    tcase_add_test(reduce, float_sum_over_leading_dims_is_the_in_order_double_sum);
     suite_add_tcase(s, reduce);
     return run_suite(s);
 }
