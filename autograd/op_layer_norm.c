@@ -235,6 +235,56 @@ static void param_cols(double *dw_acc, double *db_acc, const void *g, const void
     }
 }
 
+/* Columns per chunk of the parameter sums: a cache line or more of each row. */
+#define LN_COLS 64
+
+typedef double ln_dlanes __attribute__((vector_size(LN_LANES * sizeof(double))));
+typedef float ln_flanes __attribute__((vector_size(LN_LANES * sizeof(float))));
+
+/* param_cols for float32 on a chunk of exactly LN_COLS columns from i0, both
+ * sums wanted: the chunk's sums stay in vector accumulators over all the
+ * rows, each column's rows added in order as above, in the same arithmetic. */
+TG_VECTOR_CLONES
+static void param_cols_f32(double *dw_acc, double *db_acc, const float *g, const float *x,
+                           const double *mean, const double *rstd, int64_t rows, int64_t d,
+                           int64_t i0)
+{
+    enum { NV = LN_COLS / LN_LANES };
+    ln_dlanes aw[NV], ab[NV];
+    for (int v = 0; v < NV; v++) {
+        memcpy(&aw[v], dw_acc + i0 + v * LN_LANES, sizeof aw[v]);
+        memcpy(&ab[v], db_acc + i0 + v * LN_LANES, sizeof ab[v]);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const float *gr = g + r * d + i0, *xr = x + r * d + i0;
+        double m = mean[r], s = rstd[r];
+        for (int v = 0; v < NV; v++) {
+            ln_flanes gf, xf;
+            memcpy(&gf, gr + v * LN_LANES, sizeof gf);
+            memcpy(&xf, xr + v * LN_LANES, sizeof xf);
+            ln_dlanes gv = __builtin_convertvector(gf, ln_dlanes);
+            ln_dlanes xv = __builtin_convertvector(xf, ln_dlanes);
+            aw[v] += gv * (xv - m) * s;
+            ab[v] += gv;
+        }
+    }
+    for (int v = 0; v < NV; v++) {
+        memcpy(dw_acc + i0 + v * LN_LANES, &aw[v], sizeof aw[v]);
+        memcpy(db_acc + i0 + v * LN_LANES, &ab[v], sizeof ab[v]);
+    }
+}
+
+/* One chunk [i0, i1) of the parameter sums, by the kernel that fits it. */
+static void param_chunk(double *dw_acc, double *db_acc, const void *g, const void *x,
+                        const double *mean, const double *rstd, int64_t rows, int64_t d,
+                        int64_t i0, int64_t i1, tg_dtype dt)
+{
+    if (dt == TG_FLOAT32 && dw_acc && db_acc && i1 - i0 == LN_COLS)
+        param_cols_f32(dw_acc, db_acc, g, x, mean, rstd, rows, d, i0);
+    else
+        param_cols(dw_acc, db_acc, g, x, mean, rstd, rows, d, i0, i1, dt);
+}
+
 /* Any of dx, dw_acc, db_acc NULL when not needed. */
 static void layer_norm_backward(void *dx, double *dw_acc, double *db_acc, const void *g,
                                 const void *x, const void *w, const double *mean,
@@ -251,15 +301,16 @@ static void layer_norm_backward(void *dx, double *dw_acc, double *db_acc, const 
     }
     if (!dw_acc && !db_acc)
         return;
-    enum { COLS = 64 }; /* columns per chunk: a cache line or more of each row */
-    int64_t chunks = (d + COLS - 1) / COLS;
+    int64_t chunks = (d + LN_COLS - 1) / LN_COLS;
     if (par && chunks > 1) {
 #pragma omp parallel for schedule(static)
         for (int64_t c = 0; c < chunks; c++)
-            param_cols(dw_acc, db_acc, g, x, mean, rstd, rows, d, c * COLS,
-                       c * COLS + COLS < d ? c * COLS + COLS : d, dt);
+            param_chunk(dw_acc, db_acc, g, x, mean, rstd, rows, d, c * LN_COLS,
+                        c * LN_COLS + LN_COLS < d ? c * LN_COLS + LN_COLS : d, dt);
     } else {
-        param_cols(dw_acc, db_acc, g, x, mean, rstd, rows, d, 0, d, dt);
+        for (int64_t c = 0; c < chunks; c++)
+            param_chunk(dw_acc, db_acc, g, x, mean, rstd, rows, d, c * LN_COLS,
+                        c * LN_COLS + LN_COLS < d ? c * LN_COLS + LN_COLS : d, dt);
     }
 }
 

@@ -314,6 +314,36 @@ START_TEST(layer_norm_gives_bias_gradient_when_only_bias_requires_grad)
 }
 END_TEST
 
+/* float32 layer_norm over d = 192 (three whole 64-column chunks of the
+ * weight and bias sums, the vectorised path) on 300 rows: the same
+ * gradients as in float64, to float32 accuracy. */
+START_TEST(layer_norm_float32_parameter_gradients_match_float64)
+{
+    tg_rng *rng = tg_rng_new(13);
+    tg_tensor *in[2][4];
+    in[1][0] = tg_randn(rng, TG_FLOAT64, 2, SHAPE(300, 192));
+    in[1][1] = tg_randn(rng, TG_FLOAT64, 1, SHAPE(192));
+    in[1][2] = tg_randn(rng, TG_FLOAT64, 1, SHAPE(192));
+    in[1][3] = tg_randn(rng, TG_FLOAT64, 2, SHAPE(300, 192)); /* weights of the loss */
+    for (int i = 0; i < 4; i++)
+        in[0][i] = tg_to_dtype(in[1][i], TG_FLOAT32);
+    tg_scope_begin();
+    for (int w = 0; w < 2; w++) {
+        tg_set_requires_grad(in[w][1], true);
+        tg_set_requires_grad(in[w][2], true);
+        tg_tensor *y = tg_layer_norm(in[w][0], 1, in[w][1], in[w][2], LN_EPS);
+        ck_assert_int_eq(tg_backward(tg_sum(tg_mul(y, in[w][3]), NULL, 0, false), NULL), 0);
+    }
+    assert_same(tg_grad(in[0][1]), tg_grad(in[1][1]), 1e-4);
+    assert_same(tg_grad(in[0][2]), tg_grad(in[1][2]), 1e-4);
+    tg_scope_end();
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < 4; i++)
+            tg_release(in[w][i]);
+    tg_rng_free(rng);
+}
+END_TEST
+
 START_TEST(layer_norm_rejects_bad_arguments)
 {
     tg_scope_begin();
@@ -650,6 +680,7 @@ int main(void)
     tcase_add_test(ln, layer_norm_gradients_match_the_closed_form);
     tcase_add_test(ln, layer_norm_without_affine_params_backpropagates);
     tcase_add_test(ln, layer_norm_gives_bias_gradient_when_only_bias_requires_grad);
+    tcase_add_test(ln, layer_norm_float32_parameter_gradients_match_float64);
     tcase_add_test(ln, layer_norm_rejects_bad_arguments);
     tcase_add_test(ln, layer_norm_affine_matches_the_two_ops_it_fuses);
     tcase_add_test(ln, gelu_affine_matches_the_two_ops_it_fuses_over_several_blocks);
