@@ -146,6 +146,41 @@ bool tg__gemm_force_isa(enum tg__gemm_isa isa)
     return true;
 }
 
+/* Narrow products: at most NARROW_MAX_N columns from a reduction of at most
+ * NARROW_MAX_K, as in the projections of a small model ([rows, 32] by
+ * [32, 32]), up to NARROW_MAX_WORK multiply-adds. The tiny kernel takes
+ * them in blocks of rows, one per thread of the team: for such shapes a
+ * threaded BLAS spends longer sharing the work out than doing it. Every
+ * element is summed the same way however the rows are split, so any thread
+ * count gives the same bits. */
+#define NARROW_MAX_N 32
+#define NARROW_MAX_K 64
+#define NARROW_MAX_WORK (16.0 * 64 * 64 * 64)
+/* Multiply-adds below which a narrow product stays on one thread. */
+#define NARROW_PARALLEL_MIN (128.0 * 1024)
+
+static int sgemm_narrow(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                        float *c, int64_t ldc)
+{
+    int64_t parts = 1;
+#if TG_HAVE_OPENMP
+    if (!omp_in_parallel() && (double)m * (double)n * (double)k >= NARROW_PARALLEL_MIN)
+        parts = omp_get_max_threads();
+#endif
+    if (parts > m / 16)
+        parts = m / 16 > 1 ? m / 16 : 1;
+    if (parts == 1)
+        return tg__sgemm_tiny(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#pragma omp parallel for num_threads(parts) schedule(static)
+    for (int64_t q = 0; q < parts; q++) {
+        int64_t i0 = m * q / parts, i1 = m * (q + 1) / parts;
+        tg__sgemm_tiny(trans_a, trans_b, i1 - i0, n, k, alpha, trans_a ? a + i0 : a + i0 * lda,
+                       lda, b, ldb, beta, c + i0 * ldc, ldc);
+    }
+    return 0;
+}
+
 /* Thin and tiny float32 products go to gemm_small.c, with or without BLAS:
  * its result (0 or -1), or 1 when the product is neither. Tiny means at most
  * tiny_work multiply-adds: TG_GEMM_TINY_WORK in front of the built-in packed
@@ -161,6 +196,9 @@ static int sgemm_small(double tiny_work, bool trans_a, bool trans_b, int64_t m, 
         return tg__sgemm_thin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (k <= TG_GEMM_TINY_MAX_K && (double)m * (double)n * (double)k <= tiny_work)
         return tg__sgemm_tiny(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (n <= NARROW_MAX_N && k <= NARROW_MAX_K &&
+        (double)m * (double)n * (double)k <= NARROW_MAX_WORK)
+        return sgemm_narrow(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return 1;
 }
 

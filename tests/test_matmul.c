@@ -380,13 +380,15 @@ static void check_gemm(dgemm_fn dgemm, sgemm_fn sgemm, int64_t m, int64_t n, int
  * 16. Tiny ones (at most 64^3 multiply-adds before the built-in kernel, a
  * quarter of that before OpenBLAS): n past one 64-column block, n below one
  * vector, k of 1, whole 16-column vectors read in place, row counts that
- * leave 1 to 3 rows after the blocks of 4, and 64^3 itself. The packed
- * kernel takes the rest. */
+ * leave 1 to 3 rows after the blocks of 4, and 64^3 itself. Narrow ones
+ * (n <= 32, k <= 64, past the tiny limit) go to the tiny kernel in blocks of
+ * rows split over the threads: 700 x 30 x 50 in every build, 333 x 7 x 64
+ * in front of OpenBLAS. The packed kernel takes the rest. */
 static const int64_t gemm_shapes[][3] = {/* m, n, k */
     {1, 1153, 385}, {4, 70, 17}, {3, 65, 7}, {2, 200, 1000}, {1, 1, 1},
     {5, 130, 20}, {7, 5, 13}, {65, 17, 33}, {6, 8, 1}, {200, 3, 70},
     {97, 130, 257}, {13, 2050, 3}, {64, 64, 64}, {63, 64, 65}, {66, 50, 64},
-    {61, 96, 40}, {62, 32, 33}};
+    {61, 96, 40}, {62, 32, 33}, {700, 30, 50}, {333, 7, 64}};
 #define N_GEMM (int)(sizeof gemm_shapes / sizeof gemm_shapes[0])
 
 START_TEST(builtin_gemm_matches_naive_loop)
@@ -502,6 +504,27 @@ START_TEST(thin_gemm_rows_do_not_depend_on_how_many_run_together)
 }
 END_TEST
 
+/* A narrow product, which the dispatcher splits into blocks of rows over
+ * the threads, comes out bit for bit as the tiny kernel makes it on all the
+ * rows in one call: how the rows are split never changes a result. */
+START_TEST(narrow_gemm_split_over_threads_matches_one_tiny_call)
+{
+    enum { M = 700, N = 30, K = 50 };
+    static float a[M * K], b[N * K], split[M * N], whole[M * N];
+    for (int i = 0; i < M * K; i++)
+        a[i] = sinf(0.1f * (float)i);
+    for (int i = 0; i < N * K; i++)
+        b[i] = cosf(0.3f * (float)i);
+    for (int tb = 0; tb < 2; tb++) {
+        ck_assert_int_eq(tg__sgemm(false, tb, M, N, K, 1.0f, a, K, b, tb ? K : N, 0.0f, split, N),
+                         0);
+        ck_assert_int_eq(tg__sgemm_tiny(false, tb, M, N, K, 1.0f, a, K, b, tb ? K : N, 0.0f,
+                                        whole, N), 0);
+        ck_assert(memcmp(split, whole, sizeof split) == 0);
+    }
+}
+END_TEST
+
 /* beta == 0 never reads C (NaN there stays out), K == 0 gives beta * C,
  * and alpha scales: on every ISA path, with edge tiles and padded rows. */
 START_TEST(every_isa_path_handles_beta_zero_and_empty_k)
@@ -573,6 +596,7 @@ int main(void)
     tcase_add_loop_test(gemm, dispatched_gemm_matches_naive_loop, 0, N_GEMM);
     tcase_add_test(gemm, thin_gemm_with_beta_zero_ignores_what_c_held);
     tcase_add_test(gemm, thin_gemm_rows_do_not_depend_on_how_many_run_together);
+    tcase_add_test(gemm, narrow_gemm_split_over_threads_matches_one_tiny_call);
     tcase_add_test(gemm, gemm_with_empty_dims);
     tcase_add_loop_test(gemm, every_isa_path_matches_naive_loop_across_blocks, 0,
                         3 * N_ISA_SHAPES);
