@@ -95,12 +95,22 @@ static void exp_shifted(const float *x, int64_t rows, int64_t n, int64_t row_str
         out[i] = tg__expf(out[i]);
 }
 
-/* The row's largest logit (-inf for a row of -inf; +inf when one is). */
+/* The row's largest logit (-inf for a row of -inf; +inf when one is). A
+ * NaN is passed over, as fmax does, by a comparison the compiler keeps
+ * inline: fmax itself is a library call per element. */
 static double row_max(const tg_tensor *logits, const ce_geometry *g, int64_t r)
 {
     double m = -INFINITY;
-    for (int64_t c = 0; c < g->classes; c++)
-        m = fmax(m, logit_at(logits, g, r, c));
+    if (fast_rows(logits, g)) {
+        const float *x = (const float *)tg__ptr(logits) + r * g->row_stride;
+        for (int64_t c = 0; c < g->classes; c++)
+            m = x[c] > m ? x[c] : m;
+        return m;
+    }
+    for (int64_t c = 0; c < g->classes; c++) {
+        double x = logit_at(logits, g, r, c);
+        m = x > m ? x : m;
+    }
     return m;
 }
 
