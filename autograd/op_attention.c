@@ -108,9 +108,10 @@ static double row_max(tg_dtype dtype, const void *s, int64_t n, double init)
     return mx;
 }
 
-/* sum_c x[c] * (y ? y[c] : 1) over c < n, in double, for x and y of dtype. */
-TG_VECTOR_CLONES
-static double row_dot(tg_dtype dtype, const void *x, const void *y, int64_t n)
+/* sum_c x[c] * (y ? y[c] : 1) over c < n, in double, for x and y of dtype.
+ * Inlined into its callers, which are compiled per vector width: a call per
+ * row of 16 keys cost more than the row. */
+static inline __attribute__((always_inline)) double row_dot(tg_dtype dtype, const void *x, const void *y, int64_t n)
 {
     dlanes acc = {0};
     double tail = 0;
@@ -454,6 +455,7 @@ static void grad_tile(const attn_plan *p, scratch *w, const double *lse, const d
 }
 
 /* dsum[i] = sum_e x[i, e] y[i, e] over rows of n, in double. */
+TG_VECTOR_CLONES
 static void row_dots(tg_dtype dt, const void *x, const void *y, int64_t rows, int64_t n,
                      double *dsum)
 {
