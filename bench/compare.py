@@ -123,7 +123,7 @@ def main():
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                     help="thread counts tried on each side (default 1 2)")
     ap.add_argument("--raw", metavar="PATH",
-                    help="also append every JSON line (with side and round fields) here, as it comes")
+                    help="also append every JSON line (with side, round and run fields) here, as it comes")
     ap.add_argument("--from-raw", metavar="PATH",
                     help="run nothing: make the table from a file --raw wrote (even a partial one)")
     a = ap.parse_args()
@@ -136,6 +136,7 @@ def main():
         ap.error("--rounds must be at least 1")
 
     raw = open(a.raw, "a") if a.raw else None
+    run_id = datetime.datetime.now().isoformat(timespec="seconds")  # one file may gather several runs
     sides = {"tensorgrad": ({}, []), "pytorch": ({}, [])}
     order = []
     for rnd in range(a.rounds):
@@ -150,7 +151,7 @@ def main():
                     if key_of(r) not in order:
                         order.append(key_of(r))
                     if raw:
-                        raw.write(json.dumps(dict(r, side=side, round=rnd + 1)) + "\n")
+                        raw.write(json.dumps(dict(r, side=side, round=rnd + 1, run=run_id)) + "\n")
                         raw.flush()
     if raw:
         raw.close()
@@ -175,7 +176,7 @@ def report_from_raw(path):
             if line.strip():
                 r = json.loads(line)
                 collect(*sides[r["side"]], [r])
-                rounds.add(r.get("round"))
+                rounds.add((r.get("run"), r.get("round")))  # round numbers restart in each run
                 if key_of(r) not in order:
                     order.append(key_of(r))
     print(machine_line() + f"; best over {len(rounds)} round(s) read from {path}.")
