@@ -13,9 +13,17 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
+/* Room for a directory under $TMPDIR and a file name or two inside it. */
+#define DIR_CAP 256
+#define PATH_CAP (DIR_CAP + 128)
+
+/* A new empty directory under $TMPDIR (/tmp when unset), its path in dir
+ * (DIR_CAP bytes). */
 static void make_dir(char *dir)
 {
-    strcpy(dir, "/tmp/tg_st_XXXXXX");
+    const char *tmp = getenv("TMPDIR");
+    int n = snprintf(dir, DIR_CAP, "%s/tg_st_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    ck_assert_msg(n > 0 && n < DIR_CAP, "TMPDIR is too long for the test's buffers");
     ck_assert_ptr_nonnull(mkdtemp(dir));
 }
 
@@ -39,7 +47,7 @@ static void remove_dir(const char *dir)
     if (!d)
         return;
     struct dirent *e;
-    char path[512];
+    char path[PATH_CAP + 256];
     while ((e = readdir(d))) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
@@ -127,7 +135,7 @@ static const char *const meta_values[] = {"pt", "quote \" backslash \\ newline \
 
 START_TEST(round_trip_keeps_every_dtype_layout_and_name_order)
 {
-    char dir[64], path[128];
+    char dir[DIR_CAP], path[PATH_CAP];
     make_dir(dir);
     snprintf(path, sizeof path, "%s/all.safetensors", dir);
     tg_params ps = {0}, back = {0};
@@ -163,7 +171,7 @@ END_TEST
 
 START_TEST(names_with_quotes_and_unicode_round_trip)
 {
-    char dir[64], path[128];
+    char dir[DIR_CAP], path[PATH_CAP];
     make_dir(dir);
     snprintf(path, sizeof path, "%s/names.safetensors", dir);
     const char *names[] = {"layers.0.\"quoted\"", "back\\slash", "caf\xc3\xa9.weight"};
@@ -188,7 +196,7 @@ END_TEST
 
 START_TEST(saved_file_has_the_specified_layout)
 {
-    char dir[64], path[128];
+    char dir[DIR_CAP], path[PATH_CAP];
     make_dir(dir);
     snprintf(path, sizeof path, "%s/layout.safetensors", dir);
     tg_params ps = {0};
@@ -224,7 +232,7 @@ END_TEST
 
 START_TEST(empty_list_saves_an_empty_object)
 {
-    char dir[64], path[128];
+    char dir[DIR_CAP], path[PATH_CAP];
     make_dir(dir);
     snprintf(path, sizeof path, "%s/empty.safetensors", dir);
     tg_params ps = {0}, back = {0};
@@ -350,7 +358,7 @@ static const bad_file bad_files[] = {
 
 START_TEST(bad_files_are_rejected_and_leave_out_unchanged)
 {
-    char dir[64], path[128];
+    char dir[DIR_CAP], path[PATH_CAP];
     make_dir(dir);
     tg_tensor *keep = T32(SHAPE(1), 1, 9.0f);
     tg_params out = {0};
@@ -385,7 +393,7 @@ END_TEST
 
 START_TEST(bool_bytes_other_than_one_load_as_true)
 {
-    char dir[64], path[128];
+    char dir[DIR_CAP], path[PATH_CAP];
     make_dir(dir);
     snprintf(path, sizeof path, "%s/b.safetensors", dir);
     write_st(path, "{\"m\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[0,3]}}", 3);
@@ -400,29 +408,33 @@ END_TEST
 
 START_TEST(null_and_bad_arguments_are_rejected)
 {
+    char dir[DIR_CAP], path[PATH_CAP];
+    make_dir(dir);
+    snprintf(path, sizeof path, "%s/x.safetensors", dir);
     tg_params ps = {0};
     ck_assert_int_eq(tg_safetensors_save(NULL, &ps, 0, NULL, NULL), -1);
     ck_assert_error(TG_ERR_NULL, "tg_safetensors_save", "path");
-    ck_assert_int_eq(tg_safetensors_save("/tmp/x.safetensors", NULL, 0, NULL, NULL), -1);
+    ck_assert_int_eq(tg_safetensors_save(path, NULL, 0, NULL, NULL), -1);
     ck_assert_error(TG_ERR_NULL, "tg_safetensors_save", "ps");
     ck_assert_int_eq(tg_safetensors_load(NULL, &ps), -1);
     ck_assert_error(TG_ERR_NULL, "tg_safetensors_load", "path");
-    ck_assert_int_eq(tg_safetensors_load("/tmp/x.safetensors", NULL), -1);
+    ck_assert_int_eq(tg_safetensors_load(path, NULL), -1);
     ck_assert_error(TG_ERR_NULL, "tg_safetensors_load", "out");
-    ck_assert_int_eq(tg_safetensors_load_into("/tmp/x.safetensors", NULL), -1);
+    ck_assert_int_eq(tg_safetensors_load_into(path, NULL), -1);
     ck_assert_error(TG_ERR_NULL, "tg_safetensors_load_into", "ps");
-    ck_assert_int_eq(tg_safetensors_save("/tmp/x.safetensors", &ps, 1, NULL, NULL), -1);
+    ck_assert_int_eq(tg_safetensors_save(path, &ps, 1, NULL, NULL), -1);
     ck_assert_error(TG_ERR_NULL, "tg_safetensors_save", "n_meta is 1");
     const char *k[] = {"a", "a"}, *v[] = {"1", "2"};
-    ck_assert_int_eq(tg_safetensors_save("/tmp/x.safetensors", &ps, 2, k, v), -1);
+    ck_assert_int_eq(tg_safetensors_save(path, &ps, 2, k, v), -1);
     ck_assert_error(TG_ERR_VALUE, "tg_safetensors_save", "duplicate metadata key 'a'");
     tg_tensor *t = T32(SHAPE(1), 1, 1.0f);
     ck_assert_int_eq(tg_params_add(&ps, NULL, "__metadata__", t), 0);
-    ck_assert_int_eq(tg_safetensors_save("/tmp/x.safetensors", &ps, 0, NULL, NULL), -1);
+    ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), -1);
     ck_assert_error(TG_ERR_VALUE, "tg_safetensors_save", "reserved", "__metadata__");
-    ck_assert_int_eq(access("/tmp/x.safetensors", F_OK), -1);
+    ck_assert_int_eq(access(path, F_OK), -1);
     tg_release(t);
     tg_params_clear(&ps);
+    remove_dir(dir);
 }
 END_TEST
 
@@ -430,7 +442,7 @@ END_TEST
 
 START_TEST(load_into_copies_into_existing_tensors_of_any_layout)
 {
-    char dir[64], path[128];
+    char dir[DIR_CAP], path[PATH_CAP];
     make_dir(dir);
     snprintf(path, sizeof path, "%s/m.safetensors", dir);
     tg_params src = {0}, dst = {0};
@@ -462,7 +474,7 @@ END_TEST
 
 START_TEST(load_into_is_all_or_nothing)
 {
-    char dir[64], path[128];
+    char dir[DIR_CAP], path[PATH_CAP];
     make_dir(dir);
     snprintf(path, sizeof path, "%s/m.safetensors", dir);
     /* The file: a [2,2] f32, b [4] f64, c [1] f32. */
@@ -527,7 +539,7 @@ END_TEST
 
 START_TEST(save_to_unwritable_place_fails_with_io_and_leaves_no_temp_file)
 {
-    char dir[64], path[160];
+    char dir[DIR_CAP], path[PATH_CAP];
     make_dir(dir);
     tg_params ps = {0};
     tg_tensor *t = T32(SHAPE(2), 1, 1, 2);
@@ -563,7 +575,7 @@ END_TEST
 
 START_TEST(save_over_an_existing_file_replaces_it)
 {
-    char dir[64], path[128];
+    char dir[DIR_CAP], path[PATH_CAP];
     make_dir(dir);
     snprintf(path, sizeof path, "%s/m.safetensors", dir);
     write_bytes(path, "old contents that are not a checkpoint at all", 46);
