@@ -190,6 +190,48 @@ int tg__sgemm_thin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
     return 0;
 }
 
+/* One step of the 16 x 16 transpose below: rows x (top) and y (bottom)
+ * trade the b x b blocks off their diagonal, lane indices as shufflevector
+ * takes them (y's lanes numbered from 16). */
+#define SWAP_BLOCKS(x, y, top, bottom)                                        \
+    do {                                                                      \
+        lanes t_ = __builtin_shufflevector(x, y, top), u_ = __builtin_shufflevector(x, y, bottom); \
+        x = t_;                                                               \
+        y = u_;                                                               \
+    } while (0)
+#define TOP8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define BOT8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define TOP4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define BOT4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define TOP2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define BOT2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define TOP1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define BOT1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
+
+/* dst[q * ldd + r] = src[r * lds + q] for r, q < 16: a 16 x 16 block
+ * transposed in registers, by swapping the off-diagonal blocks of size 8,
+ * then 4, 2 and 1. It packs B for the tiny kernel's trans_b products, where
+ * an element at a time cost a third of an attention score tile. */
+static inline __attribute__((always_inline)) void transpose16(const float *src, int64_t lds,
+                                                              float *dst, int64_t ldd)
+{
+    lanes r[LANES];
+    for (int i = 0; i < LANES; i++)
+        load_lanes(&r[i], src + i * lds);
+    for (int i = 0; i < 8; i++)
+        SWAP_BLOCKS(r[i], r[i + 8], TOP8, BOT8);
+    for (int i = 0; i < LANES; i += 8)
+        for (int j = i; j < i + 4; j++)
+            SWAP_BLOCKS(r[j], r[j + 4], TOP4, BOT4);
+    for (int i = 0; i < LANES; i += 4)
+        for (int j = i; j < i + 2; j++)
+            SWAP_BLOCKS(r[j], r[j + 2], TOP2, BOT2);
+    for (int i = 0; i < LANES; i += 2)
+        SWAP_BLOCKS(r[i], r[i + 1], TOP1, BOT1);
+    for (int i = 0; i < LANES; i++)
+        memcpy(dst + i * ldd, &r[i], sizeof r[i]);
+}
+
 /* Stores one row of C from its accumulators: alpha * acc (+ beta * C). */
 static inline __attribute__((always_inline)) void tiny_store(const int NV, const lanes *acc,
                                                              int64_t n, float alpha, float beta,
@@ -274,8 +316,12 @@ static void tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
         if (!trans_b && nb == w) { /* whole vectors of B's rows: read in place */
             bp = b + j0, ldbt = ldb;
         } else if (trans_b) { /* B stored n x k: bt's row p is B's column p */
+            int64_t j16 = nb - nb % LANES, p16 = k - k % LANES;
+            for (int64_t j = 0; j < j16; j += LANES)
+                for (int64_t p = 0; p < p16; p += LANES)
+                    transpose16(b + (j0 + j) * ldb + p, ldb, bt + p * w + j, w);
             for (int64_t p = 0; p < k; p++) {
-                for (int64_t j = 0; j < nb; j++)
+                for (int64_t j = p < p16 ? j16 : 0; j < nb; j++)
                     bt[p * w + j] = b[(j0 + j) * ldb + p];
                 for (int64_t j = nb; j < w; j++)
                     bt[p * w + j] = 0;
