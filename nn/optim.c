@@ -7,6 +7,16 @@
 #include "internal.h"
 #include "fastmath.h"
 #include "nn.h"
+#include "tg_config.h"
+
+#if TG_HAVE_OPENMP
+#include <omp.h>
+#define TG_THREAD_NUM() omp_get_thread_num()
+#define TG_NUM_THREADS() omp_get_num_threads()
+#else
+#define TG_THREAD_NUM() 0
+#define TG_NUM_THREADS() 1
+#endif
 
 typedef enum { KIND_SGD, KIND_ADAM, KIND_ADAMW } optim_kind;
 
@@ -335,53 +345,47 @@ static bool same_shape(const tg_tensor *a, const tg_tensor *b)
     return a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape);
 }
 
-/* One TG_PAR_MIN-element span of one flat float32 Adam(W) parameter. */
-typedef struct {
-    int slot;
-    int64_t lo, len;
-} flat_span;
-
-/* Every parameter that takes the flat float32 Adam(W) kernel, cut into
- * spans and shared out to the team in one parallel loop: a model of many
- * small tensors would otherwise update most of them on one thread, one
- * team start per tensor. Each element's update is its own, so the result
- * is the same on any thread count. 0, or -1 (nothing done) when the list
- * could not be allocated. */
-static int update_flat_together(const tg_optim *opt)
+/* The spans of TG_PAR_MIN elements of every parameter that takes the flat
+ * float32 Adam(W) kernel, numbered in slot order; span j goes to thread
+ * j % threads, so one parallel loop covers them all without a list: a
+ * model of many small tensors would otherwise update most of them on one
+ * thread, one team start per tensor. Each element's update is its own, so
+ * the result is the same on any thread count. */
+static int64_t flat_spans(const tg_optim *opt)
 {
     int64_t count = 0;
     for (int i = 0; i < opt->n; i++)
         if (opt->slots[i].param->grad && flat_adam(opt, &opt->slots[i]))
             count += (tg_numel(opt->slots[i].param) + TG_PAR_MIN - 1) / TG_PAR_MIN;
-    if (count == 0)
-        return 0;
-    flat_span *spans = malloc((size_t)count * sizeof *spans);
-    coefs *c = malloc((size_t)opt->n * sizeof *c);
-    if (!spans || !c) {
-        free(spans);
-        free(c);
-        return -1;
-    }
-    int64_t k = 0;
+    return count;
+}
+
+static void update_flat_spans(const tg_optim *opt, int thread, int threads)
+{
+    int64_t j = 0;
     for (int i = 0; i < opt->n; i++) {
-        if (!opt->slots[i].param->grad || !flat_adam(opt, &opt->slots[i]))
+        const slot *s = &opt->slots[i];
+        if (!s->param->grad || !flat_adam(opt, s))
             continue;
-        c[i] = slot_coefs(opt, &opt->slots[i]);
-        int64_t n = tg_numel(opt->slots[i].param);
-        for (int64_t lo = 0; lo < n; lo += TG_PAR_MIN)
-            spans[k++] = (flat_span){i, lo, n - lo < TG_PAR_MIN ? n - lo : TG_PAR_MIN};
+        coefs c = slot_coefs(opt, s);
+        float *p = tg__ptr(s->param), *m = tg__ptr(s->m), *v = tg__ptr(s->v);
+        const float *g = tg__ptr(s->param->grad);
+        int64_t n = tg_numel(s->param);
+        for (int64_t lo = 0; lo < n; lo += TG_PAR_MIN, j++)
+            if (j % threads == thread)
+                adam_block_f32(p + lo, g + lo, m + lo, v + lo,
+                               n - lo < TG_PAR_MIN ? n - lo : TG_PAR_MIN, &c);
     }
-#pragma omp parallel for schedule(static) if (count > 1)
-    for (int64_t j = 0; j < count; j++) {
-        const slot *s = &opt->slots[spans[j].slot];
-        int64_t lo = spans[j].lo;
-        adam_block_f32((float *)tg__ptr(s->param) + lo, (const float *)tg__ptr(s->param->grad) + lo,
-                       (float *)tg__ptr(s->m) + lo, (float *)tg__ptr(s->v) + lo, spans[j].len,
-                       &c[spans[j].slot]);
+}
+
+static void update_flat_together(const tg_optim *opt)
+{
+    if (flat_spans(opt) > 1) {
+#pragma omp parallel
+        update_flat_spans(opt, TG_THREAD_NUM(), TG_NUM_THREADS());
+    } else {
+        update_flat_spans(opt, 0, 1);
     }
-    free(spans);
-    free(c);
-    return 0;
 }
 
 int tg_optim_step(tg_optim *opt)
@@ -401,10 +405,7 @@ int tg_optim_step(tg_optim *opt)
     for (int i = 0; i < opt->n; i++)
         if (opt->slots[i].param->grad)
             opt->slots[i].steps++;
-    if (update_flat_together(opt) < 0) /* out of memory for the list: one at a time */
-        for (int i = 0; i < opt->n; i++)
-            if (opt->slots[i].param->grad && flat_adam(opt, &opt->slots[i]))
-                update_slot(opt, &opt->slots[i]);
+    update_flat_together(opt);
     for (int i = 0; i < opt->n; i++)
         if (opt->slots[i].param->grad && !flat_adam(opt, &opt->slots[i]))
             update_slot(opt, &opt->slots[i]);
