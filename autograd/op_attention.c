@@ -14,8 +14,9 @@
 /* Tile sizes: BR query rows by BC keys. A [BR, BC] float tile is 16 KiB. */
 #define BR 64
 #define BC 64
-/* Multiply-adds below which one thread does everything. */
-#define PAR_MIN (64.0 * 64.0 * 64.0 * 4.0)
+/* Multiply-adds below which one thread does everything: about a
+ * microsecond of work, on the order of what starting a team costs. */
+#define PAR_MIN (32.0 * 32.0 * 64.0)
 
 /* Everything the kernels read, on contiguous q [nb, L, E], k [nb', S, E] and
  * v [nb', S, Ev] whose batch dims broadcast to bshape. */

@@ -9,6 +9,9 @@
 
 /* ---- cross-entropy ----------------------------------------------------------- */
 
+/* A row's work for TG_FOR_ROWS: an exp per class, and a log. */
+#define CE_ROW_COST(g) (8 * ((g)->classes + 1))
+
 /* Logits seen as [rows, classes] through strides (a 1-D logits is one row),
  * and targets as rows values through a stride: no copies of either. */
 typedef struct {
@@ -114,30 +117,28 @@ static double row_max(const tg_tensor *logits, const ce_geometry *g, int64_t r)
     return m;
 }
 
-/* lse[r] = log(sum_c exp(logits[r, c])) for every row, shifted by the row's
- * max so that logits of +-1e4 neither overflow nor underflow; a row whose
- * max is infinite has nothing finite to shift by and gets the max. 0, or
- * -1 when out of memory. */
-static int rows_logsumexp(const tg_tensor *logits, const ce_geometry *g, double *lse)
+/* lse[r] = log(sum_c exp(logits[r, c])) for rows [r0, r1), shifted by the
+ * row's max so that logits of +-1e4 neither overflow nor underflow; a row
+ * whose max is infinite has nothing finite to shift by and gets the max.
+ * ep: scratch of rows * classes floats for the fast rows, else NULL. */
+static void rows_logsumexp(const tg_tensor *logits, const ce_geometry *g, int64_t r0, int64_t r1,
+                           float *ep, double *lse)
 {
-    for (int64_t r = 0; r < g->rows; r++)
+    for (int64_t r = r0; r < r1; r++)
         lse[r] = row_max(logits, g, r);
-    if (fast_rows(logits, g)) {
-        tg_tensor *e = tg__empty_uninit(TG_FLOAT32, 1, (int64_t[]){g->rows * g->classes});
-        if (!e)
-            return -1;
-        float *ep = tg__ptr(e);
-        exp_shifted(tg__ptr(logits), g->rows, g->classes, g->row_stride, lse, ep);
-        for (int64_t r = 0; r < g->rows; r++) {
+    if (ep) {
+        float *e = ep + r0 * g->classes;
+        exp_shifted((const float *)tg__ptr(logits) + r0 * g->row_stride, r1 - r0, g->classes,
+                    g->row_stride, lse + r0, e);
+        for (int64_t r = r0; r < r1; r++) {
             double s = 0;
             for (int64_t c = 0; c < g->classes; c++)
-                s += ep[r * g->classes + c];
+                s += e[(r - r0) * g->classes + c];
             lse[r] = isinf(lse[r]) ? lse[r] : lse[r] + log(s);
         }
-        tg_release(e);
-        return 0;
+        return;
     }
-    for (int64_t r = 0; r < g->rows; r++) {
+    for (int64_t r = r0; r < r1; r++) {
         double m = lse[r], s = 0;
         if (isinf(m))
             continue;
@@ -145,7 +146,53 @@ static int rows_logsumexp(const tg_tensor *logits, const ce_geometry *g, double 
             s += exp(logit_at(logits, g, r, c) - m);
         lse[r] = m + log(s);
     }
+}
+
+/* Every row's logsumexp, the rows shared out to the threads: 0, or -1 when
+ * out of memory. */
+static int logsumexp_all(const tg_tensor *logits, const ce_geometry *g, double *lse)
+{
+    tg_tensor *e = NULL;
+    if (fast_rows(logits, g) &&
+        !(e = tg__empty_uninit(TG_FLOAT32, 1, (int64_t[]){g->rows * g->classes})))
+        return -1;
+    float *ep = e ? tg__ptr(e) : NULL;
+    TG_FOR_ROWS(g->rows, CE_ROW_COST(g), r0, r1, rows_logsumexp(logits, g, r0, r1, ep, lse));
+    tg_release(e);
     return 0;
+}
+
+/* Rows [r0, r1) of d (zero-filled, logits' shape, contiguous): (softmax -
+ * onehot(target)) * scale, and 0 on rows whose target is ignore. */
+static void softmax_minus_onehot(const tg_tensor *logits, const tg_tensor *targets,
+                                 const ce_geometry *g, const double *lse, double scale,
+                                 int64_t ignore, int64_t r0, int64_t r1, tg_tensor *d)
+{
+    bool fast = fast_rows(logits, g);
+    if (fast) /* these rows' softmax at once; ignored rows are zeroed below */
+        exp_shifted((const float *)tg__ptr(logits) + r0 * g->row_stride, r1 - r0, g->classes,
+                    g->row_stride, lse + r0, (float *)tg__ptr(d) + r0 * g->classes);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t t = target_at(targets, g, r);
+        if (t == ignore) {
+            if (fast)
+                memset((float *)tg__ptr(d) + r * g->classes, 0, sizeof(float) * (size_t)g->classes);
+            continue;
+        }
+        if (fast) { /* d's row r: softmax, less 1 at t, scaled */
+            float *dr = (float *)tg__ptr(d) + r * g->classes;
+            for (int64_t c = 0; c < g->classes; c++)
+                dr[c] = (float)(((double)dr[c] - (c == t)) * scale);
+            continue;
+        }
+        for (int64_t c = 0; c < g->classes; c++) {
+            double v = (exp(logit_at(logits, g, r, c) - lse[r]) - (c == t)) * scale;
+            if (d->dtype == TG_FLOAT32)
+                ((float *)tg__ptr(d))[r * g->classes + c] = (float)v;
+            else
+                ((double *)tg__ptr(d))[r * g->classes + c] = v;
+        }
+    }
 }
 
 /* dlogits = (softmax - onehot) * g / count on kept rows, 0 on ignored rows.
@@ -161,30 +208,8 @@ static int cross_entropy_backward(tg_node *n, const tg_tensor *grad, tg_tensor *
     tg_tensor *d = tg__empty(logits->dtype, logits->ndim, logits->shape); /* zero-filled */
     if (!d)
         return -1;
-    bool fast = fast_rows(logits, &g);
-    if (fast) /* every row's softmax at once; ignored rows are zeroed below */
-        exp_shifted(tg__ptr(logits), g.rows, g.classes, g.row_stride, lse, tg__ptr(d));
-    for (int64_t r = 0; r < g.rows; r++) {
-        int64_t t = target_at(targets, &g, r);
-        if (t == n->iargs[0]) {
-            if (fast)
-                memset((float *)tg__ptr(d) + r * g.classes, 0, sizeof(float) * (size_t)g.classes);
-            continue;
-        }
-        if (fast) { /* d's row r: softmax, less 1 at t, scaled */
-            float *dr = (float *)tg__ptr(d) + r * g.classes;
-            for (int64_t c = 0; c < g.classes; c++)
-                dr[c] = (float)(((double)dr[c] - (c == t)) * scale);
-            continue;
-        }
-        for (int64_t c = 0; c < g.classes; c++) {
-            double v = (exp(logit_at(logits, &g, r, c) - lse[r]) - (c == t)) * scale;
-            if (d->dtype == TG_FLOAT32)
-                ((float *)tg__ptr(d))[r * g.classes + c] = (float)v;
-            else
-                ((double *)tg__ptr(d))[r * g.classes + c] = v;
-        }
-    }
+    TG_FOR_ROWS(g.rows, CE_ROW_COST(&g), r0, r1,
+                softmax_minus_onehot(logits, targets, &g, lse, scale, n->iargs[0], r0, r1, d));
     grads[0] = tg__ret(d);
     return 0;
 }
@@ -206,7 +231,7 @@ tg_tensor *tg_cross_entropy(const tg_tensor *logits, const tg_tensor *targets,
                           (const tg_tensor *[]){logits, targets}, NULL);
     }
     double *lp = tg__ptr(lse);
-    if (rows_logsumexp(logits, &g, lp) < 0) {
+    if (logsumexp_all(logits, &g, lp) < 0) {
         tg_release(lse);
         tg_release(out);
         return tg__finish(NULL, TG_OP_CROSS_ENTROPY, cross_entropy_backward, 2,

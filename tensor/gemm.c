@@ -181,6 +181,23 @@ static int sgemm_narrow(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
     return 0;
 }
 
+/* Small square results from a long reduction: a small model's weight
+ * gradient, [32, rows] by [rows, 32]. The tiny kernel reads B in place when
+ * B's rows are whole vectors (else it copies op(B), which must then fit its
+ * K limit), and two or more blocks of 16 rows let the team share the work
+ * out, where a BLAS would run such a product on one thread. */
+#define SQUARE_LONG_MIN_M 32
+#define SQUARE_LONG_MAX (TG_GEMM_TINY_MAX_N)
+#define SQUARE_LONG_MAX_WORK (64.0 * 64 * 4096)
+
+static bool square_long(bool trans_b, int64_t m, int64_t n, int64_t k)
+{
+    bool b_in_place = !trans_b && n % 16 == 0;
+    return m >= SQUARE_LONG_MIN_M && m <= SQUARE_LONG_MAX && n <= SQUARE_LONG_MAX &&
+           (b_in_place || k <= TG_GEMM_TINY_MAX_K) &&
+           (double)m * (double)n * (double)k <= SQUARE_LONG_MAX_WORK;
+}
+
 /* Thin and tiny float32 products go to gemm_small.c, with or without BLAS:
  * its result (0 or -1), or 1 when the product is neither. Tiny means at most
  * tiny_work multiply-adds: TG_GEMM_TINY_WORK in front of the built-in packed
@@ -198,6 +215,8 @@ static int sgemm_small(double tiny_work, bool trans_a, bool trans_b, int64_t m, 
         return tg__sgemm_tiny(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (n <= NARROW_MAX_N && k <= NARROW_MAX_K &&
         (double)m * (double)n * (double)k <= NARROW_MAX_WORK)
+        return sgemm_narrow(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (square_long(trans_b, m, n, k))
         return sgemm_narrow(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return 1;
 }

@@ -152,6 +152,32 @@ int tg__check_float(const char *fn, const tg_tensor *t);
         }                                                                     \
     } while (0)
 
+/* The team size a parallel loop started here would get: OpenMP's limit,
+ * or 1 inside a parallel region (regions never nest) or without OpenMP. */
+int tg__threads_free(void);
+
+/* Runs BODY over row ranges [r0, r1) of rows rows, each costing about
+ * row_cost simple element operations (an add is 1, an exp about 8): in one
+ * piece below TG_ROWS_PAR_MIN of them, else one contiguous range per
+ * thread, the first rows to the first thread, as the narrow GEMM splits
+ * its rows, so that a buffer's halves tend to stay with one core. */
+#define TG_ROWS_PAR_MIN 8192
+#define TG_FOR_ROWS(rows, row_cost, r0, r1, BODY)                                  \
+    do {                                                                      \
+        int64_t parts_ = (rows) * (row_cost) < TG_ROWS_PAR_MIN ? 1 : tg__threads_free(); \
+        parts_ = parts_ < (rows) ? parts_ : (rows);                           \
+        if (parts_ <= 1) {                                                    \
+            int64_t r0 = 0, r1 = (rows);                                      \
+            BODY;                                                             \
+        } else {                                                              \
+            _Pragma("omp parallel for num_threads(parts_) schedule(static)")  \
+            for (int64_t q_ = 0; q_ < parts_; q_++) {                         \
+                int64_t r0 = (rows) * q_ / parts_, r1 = (rows) * (q_ + 1) / parts_; \
+                BODY;                                                         \
+            }                                                                 \
+        }                                                                     \
+    } while (0)
+
 /* Per-thread state that ops touch on every call: initial-exec TLS is one
  * load where the shared library's default model calls __tls_get_addr. For
  * small variables only (the static TLS surplus for dlopen is limited). */

@@ -126,6 +126,17 @@ static bool same_shape(const tg_tensor *a, int ndim, const int64_t *shape)
     return a->ndim == ndim && !memcmp(a->shape, shape, (size_t)ndim * sizeof *shape);
 }
 
+/* Whether b repeats along a's leading dims: a contiguous with the full
+ * shape, b contiguous with the trailing dims (a bias or a position table
+ * added to every row). */
+static bool repeats_rows(const tg_tensor *a, const tg_tensor *b, int ndim, const int64_t *shape)
+{
+    if (!same_shape(a, ndim, shape) || !tg_is_contiguous(a) || !tg_is_contiguous(b) ||
+        b->ndim > ndim || b->ndim == 0)
+        return false;
+    return !memcmp(b->shape, shape + ndim - b->ndim, (size_t)b->ndim * sizeof *shape);
+}
+
 int tg__binary_into(tg_tensor *out, const tg_tensor *a, const tg_tensor *b,
                     tg__binary_kind kind)
 {
@@ -142,6 +153,16 @@ int tg__binary_into(tg_tensor *out, const tg_tensor *a, const tg_tensor *b,
     int64_t n = tg__numel(ndim, shape);
     bool flat = same_shape(a, ndim, shape) && same_shape(b, ndim, shape) &&
                 tg_is_contiguous(a) && tg_is_contiguous(b);
+    if (a->dtype == TG_FLOAT32 && !flat && repeats_rows(a, b, ndim, shape)) {
+        float *o = tg__ptr(out);
+        const float *pa = tg__ptr(a), *pb = tg__ptr(b);
+        int64_t row = tg__numel(b->ndim, b->shape), rows = row ? n / row : 0;
+        TG_FOR_ROWS(rows, row, r0, r1, {
+            for (int64_t r = r0; r < r1; r++)
+                binary_f32(kind, o + r * row, pa + r * row, pb, row);
+        });
+        return 0;
+    }
     tg__iter it = {0};
     if (!flat) {
         int64_t strides[3][TG_MAX_DIMS];

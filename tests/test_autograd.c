@@ -358,6 +358,45 @@ START_TEST(float_sum_over_leading_dims_is_the_in_order_double_sum)
 }
 END_TEST
 
+/* float32 a [300, 7, 13] with b repeated along a's leading dims (b [7, 13]
+ * or [13]), and the other way round: each element is the float rounding of
+ * the exact result (double holds it for +, -, *, /), in a tensor big enough
+ * to be split across threads. */
+START_TEST(float_broadcast_along_leading_dims_rounds_each_element_once)
+{
+    enum { R = 300, S = 7, C = 13 };
+    static float av[R * S * C], bv[S * C];
+    for (int i = 0; i < R * S * C; i++)
+        av[i] = sinf(0.31f * (float)i) * (float)(1 + i % 7);
+    for (int i = 0; i < S * C; i++)
+        bv[i] = 0.5f + cosf(0.9f * (float)i) * (float)(1 + i % 3);
+    tg_tensor *(*const ops[4])(const tg_tensor *, const tg_tensor *) = {tg_add, tg_sub, tg_mul,
+                                                                        tg_div};
+    tg_scope_begin();
+    tg_tensor *a = tg_from_data(TG_FLOAT32, 3, (int64_t[]){R, S, C}, av);
+    tg_tensor *bs[2] = {tg_from_data(TG_FLOAT32, 2, (int64_t[]){S, C}, bv),
+                        tg_from_data(TG_FLOAT32, 1, (int64_t[]){C}, bv)};
+    int bad = 0;
+    for (int op = 0; op < 4; op++)
+        for (int w = 0; w < 2; w++)
+            for (int flip = 0; flip < 2; flip++) {
+                tg_tensor *out = flip ? ops[op](bs[w], a) : ops[op](a, bs[w]);
+                ck_assert_ptr_nonnull(out);
+                const float *o = tg_data(out);
+                int64_t period = w == 0 ? S * C : C;
+                for (int64_t i = 0; i < R * S * C; i++) {
+                    double x = av[i], y = bv[i % period];
+                    if (flip)
+                        x = y, y = av[i];
+                    double want = op == 0 ? x + y : op == 1 ? x - y : op == 2 ? x * y : x / y;
+                    bad += o[i] != (float)want;
+                }
+            }
+    ck_assert_int_eq(bad, 0);
+    tg_scope_end();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("autograd");
@@ -388,6 +427,7 @@ int main(void)
     tcase_add_test(reduce, max_returns_values_and_first_index);
     tcase_add_test(reduce, sum_and_mean_over_dims);
     tcase_add_test(reduce, float_sum_over_leading_dims_is_the_in_order_double_sum);
+    tcase_add_test(reduce, float_broadcast_along_leading_dims_rounds_each_element_once);
     suite_add_tcase(s, reduce);
     return run_suite(s);
 }

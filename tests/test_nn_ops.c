@@ -492,6 +492,47 @@ START_TEST(cross_entropy_matches_log_sum_exp_in_both_dtypes)
 }
 END_TEST
 
+/* Enough float32 rows (1500 of 9 classes) to be shared out to the threads,
+ * some targets ignored: the loss and every row's gradient match float64 on
+ * the same values. */
+START_TEST(cross_entropy_over_many_float32_rows_matches_float64)
+{
+    enum { R = 1500, C = 9 };
+    static double z[R * C], gd[R * C];
+    static int64_t t[R];
+    static float gf[R * C];
+    for (int i = 0; i < R * C; i++)
+        z[i] = (double)(float)(3 * sin(0.71 * i));
+    for (int r = 0; r < R; r++)
+        t[r] = r % 11 == 0 ? -100 : (r * 7) % C;
+    tg_dtype dts[2] = {TG_FLOAT64, TG_FLOAT32};
+    double loss[2];
+    for (int k = 0; k < 2; k++) {
+        tg_scope_begin();
+        tg_tensor *x = tg_scope_end_keep(
+            tg_to_dtype(tg_from_data(TG_FLOAT64, 2, SHAPE(R, C), z), dts[k]));
+        tg_set_requires_grad(x, true);
+        tg_scope_begin();
+        tg_tensor *l = tg_cross_entropy(x, I64(1, SHAPE(R), t), -100);
+        ck_assert_int_eq(tg_backward(l, NULL), 0);
+        loss[k] = tg_item(l);
+        if (k == 0)
+            ck_assert_int_eq(tg_copy_to(tg_grad(x), TG_FLOAT64, gd, R * C), 0);
+        else
+            memcpy(gf, tg_data(tg_grad(x)), sizeof gf);
+        tg_scope_end();
+        tg_release(x);
+    }
+    ck_assert_double_eq_tol(loss[1], loss[0], 1e-6 * (1 + fabs(loss[0])));
+    int bad = 0;
+    for (int i = 0; i < R * C; i++)
+        bad += fabs(gf[i] - gd[i]) > 1e-9 + 1e-6 * fabs(gd[i]);
+    ck_assert_int_eq(bad, 0);
+    for (int c = 0; c < C; c++) /* ignored row 0 */
+        ck_assert(gf[c] == 0);
+}
+END_TEST
+
 START_TEST(cross_entropy_takes_1d_logits_with_a_0d_target)
 {
     tg_scope_begin();
@@ -695,6 +736,7 @@ int main(void)
     TCase *ce = tcase_checked("cross_entropy");
     tcase_add_test(ce, cross_entropy_matches_log_sum_exp_in_both_dtypes);
     tcase_add_test(ce, cross_entropy_takes_1d_logits_with_a_0d_target);
+    tcase_add_test(ce, cross_entropy_over_many_float32_rows_matches_float64);
     tcase_add_test(ce, cross_entropy_is_stable_for_huge_logits);
     tcase_add_test(ce, cross_entropy_leaves_ignored_targets_out_of_the_mean);
     tcase_add_test(ce, cross_entropy_ignore_index_may_be_a_valid_class);
