@@ -316,6 +316,106 @@ static void online_softmax(const attn_plan *p, scratch *w, int64_t b, int64_t r0
     }
 }
 
+/* float32 score rows without dropout, in calls compiled per vector width.
+ * Each row is padded with -inf to whole vectors of 16 (the tile's rows are
+ * BC wide), so that its max, its exps and their sum run on whole vectors.
+ * The max is exact in float, and so is s - max as float rounds it: the
+ * same bits as the general path's difference taken in double. */
+#define ROW_PAD 16
+
+/* The largest of init and the row's nc scores, after padding the row. */
+static inline __attribute__((always_inline)) float padded_row_max(float *t, int64_t nc,
+                                                                  float init)
+{
+    int64_t padded = (nc + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
+    for (int64_t c = nc; c < padded; c++)
+        t[c] = -INFINITY;
+    typedef float pad_lanes __attribute__((vector_size(ROW_PAD * sizeof(float))));
+    typedef int32_t pad_bits __attribute__((vector_size(ROW_PAD * sizeof(int32_t))));
+    pad_lanes m;
+    for (int l = 0; l < ROW_PAD; l++)
+        m[l] = init;
+    for (int64_t c = 0; c < padded; c += ROW_PAD) { /* in lanes: `>` passes NaNs over */
+        pad_lanes v;
+        memcpy(&v, t + c, sizeof v);
+        pad_bits gt = v > m;
+        m = (pad_lanes)(((pad_bits)v & gt) | ((pad_bits)m & ~gt));
+    }
+    float mx = init;
+    for (int l = 0; l < ROW_PAD; l++)
+        mx = m[l] > mx ? m[l] : mx;
+    return mx;
+}
+
+/* t[c] = exp(t[c] - mx) over the padded row (the padding becomes 0); their
+ * sum in double lanes. */
+static inline __attribute__((always_inline)) double padded_row_exp(float *t, int64_t nc, float mx)
+{
+    int64_t padded = (nc + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
+    for (int64_t c = 0; c < padded; c++)
+        t[c] = tg__expf(t[c] - mx);
+    dlanes acc = {0};
+    for (int64_t c = 0; c < padded; c += DLANES) {
+        flanes v;
+        memcpy(&v, t + c, sizeof v);
+        acc += __builtin_convertvector(v, dlanes);
+    }
+    return dlanes_sum(acc);
+}
+
+/* online_softmax for such a tile, every row in one call. */
+TG_VECTOR_CLONES
+static void online_softmax_f32(scratch *w, int64_t nr, int64_t nc, int64_t ev)
+{
+    for (int64_t r = 0; r < nr; r++) {
+        float *t = (float *)w->t + r * BC;
+        float mx = padded_row_max(t, nc, (float)w->m[r]); /* m: -inf or a float max */
+        if (mx == -INFINITY) { /* nothing seen yet in this row: add nothing */
+            memset(t, 0, (size_t)nc * sizeof *t);
+            continue;
+        }
+        double sum = padded_row_exp(t, nc, mx);
+        bool first = w->m[r] == -INFINITY; /* the accumulator is still zero */
+        double alpha = first ? 1 : exp(w->m[r] - mx);
+        w->l[r] = w->l[r] * alpha + sum;
+        w->m[r] = mx;
+        if (alpha != 1) {
+            float *row = (float *)w->acc + r * ev, fa = (float)alpha;
+            for (int64_t e = 0; e < ev; e++)
+                row[e] *= fa;
+        }
+    }
+}
+
+/* The whole softmax of such a tile when it holds every key its rows see:
+ * each row becomes its weights (exps over their sum; zeros where every key
+ * is masked) and lse[r] its logsumexp. In passes over all the rows, so that
+ * one row's exps need not wait on the last row's sum. */
+TG_VECTOR_CLONES
+static void softmax_f32(scratch *w, int64_t nr, int64_t nc, double *lse)
+{
+    float mx[BR];
+    for (int64_t r = 0; r < nr; r++)
+        mx[r] = padded_row_max((float *)w->t + r * BC, nc, -INFINITY);
+    for (int64_t r = 0; r < nr; r++) {
+        float *t = (float *)w->t + r * BC;
+        if (mx[r] == -INFINITY) {
+            memset(t, 0, (size_t)nc * sizeof *t);
+            lse[r] = -INFINITY;
+            continue;
+        }
+        w->l[r] = padded_row_exp(t, nc, mx[r]);
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        if (mx[r] == -INFINITY)
+            continue;
+        float *t = (float *)w->t + r * BC, inv = (float)(1.0 / w->l[r]);
+        for (int64_t c = 0; c < nc; c++)
+            t[c] *= inv;
+        lse[r] = mx[r] + log(w->l[r]);
+    }
+}
+
 /* Where row t of batch b starts in the output. With two batch dims
  * [B, H] (heads) the output is stored as [B, L, H, Ev], so that the caller's
  * transpose(1, 2) and reshape to [B, L, H * Ev] that merges the heads is a
@@ -328,11 +428,29 @@ static int64_t out_row(const attn_plan *p, int64_t b, int64_t t)
     return ((b0 * p->L + t) * H + b1) * p->Ev;
 }
 
+/* forward_block for float32 without dropout when one tile holds every key
+ * the rows see: the weights are normalised in the tile and multiply v
+ * straight into the output, with no accumulator to rescale. */
+static int forward_one_tile_f32(const attn_plan *p, scratch *w, int64_t b, int64_t r0,
+                                int64_t nr, int64_t nc, char *out, double *lse)
+{
+    if (score_tile(p, b, r0, nr, 0, nc, w->t) < 0)
+        return -1;
+    softmax_f32(w, nr, nc, lse + b * p->L + r0);
+    const float *v = (const float *)p->v + batch_off(p, p->vb, b);
+    int64_t ldo = nr > 1 ? out_row(p, b, r0 + 1) - out_row(p, b, r0) : p->Ev;
+    return tg__sgemm_builtin(false, false, nr, p->Ev, nc, 1.0f, w->t, BC, v, p->vrs, 0.0f,
+                             (float *)out + out_row(p, b, r0), ldo);
+}
+
 /* Rows [r0, r0 + nr) of batch b: out [nb, L, Ev], lse [nb, L] (double). */
 static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, int64_t nr,
                          char *out, double *lse)
 {
     size_t es = esize(p);
+    int64_t keys = key_end(p, r0 + nr);
+    if (p->dtype == TG_FLOAT32 && !p->dropout && keys <= BC && keys > 0 && p->Ev > 0)
+        return forward_one_tile_f32(p, w, b, r0, nr, keys, out, lse);
     memset(w->acc, 0, (size_t)(nr * p->Ev) * es);
     for (int64_t r = 0; r < nr; r++)
         w->m[r] = -INFINITY, w->l[r] = 0;
@@ -341,7 +459,10 @@ static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, 
         int64_t nc = jend - j0 < BC ? jend - j0 : BC;
         if (score_tile(p, b, r0, nr, j0, nc, w->t) < 0)
             return -1;
-        online_softmax(p, w, b, r0, j0, nr, nc);
+        if (p->dtype == TG_FLOAT32 && !p->dropout)
+            online_softmax_f32(w, nr, nc, p->Ev);
+        else
+            online_softmax(p, w, b, r0, j0, nr, nc);
         if (tg__gemm(p->dtype, true, false, false, nr, p->Ev, nc, 1.0, w->t, BC,
                      v + (size_t)(j0 * p->vrs) * es, p->vrs, 1.0, w->acc, p->Ev) < 0)
             return -1;

@@ -194,6 +194,20 @@ START_TEST(fused_matches_composition_on_a_large_causal_problem)
 }
 END_TEST
 
+/* With [B, H] heads, whose output the fused op stores head-interleaved:
+ * float32 rows whose keys fit one tile (normalised in the tile, written
+ * straight to the output) and rows that span several, causal or masked. */
+START_TEST(fused_float32_heads_match_composition)
+{
+    static const int64_t shapes[][4] = {{16, 16, 32, 32}, {64, 64, 16, 16}, {65, 64, 8, 5},
+                                        {70, 70, 33, 17}, {3, 40, 7, 9}};
+    for (int i = 0; i < 5; i++)
+        for (int c = 0; c < 2; c++)
+            check_parity_of(TG_FLOAT32, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3],
+                            c, (i + c) % 3, 0, true, 1e-5, (uint64_t)(700 + 2 * i + c));
+}
+END_TEST
+
 /* q [2,3,L,E], k [3,S,E] and v [1,3,S,Ev] broadcast over the first dim; k's
  * and v's gradients are summed over it. */
 START_TEST(fused_broadcasts_batch_dims)
@@ -446,6 +460,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, fused_matches_composition_float64);
     tcase_add_test(tc, fused_matches_composition_float32);
+    tcase_add_test(tc, fused_float32_heads_match_composition);
     tcase_add_test(tc, fused_matches_composition_on_a_large_causal_problem);
     tcase_add_test(tc, fused_broadcasts_batch_dims);
     tcase_add_test(tc, fused_reads_non_contiguous_inputs);
