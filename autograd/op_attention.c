@@ -506,8 +506,8 @@ static int forward_all(const attn_plan *p, char *out, double *lse)
 
 /* ---- backward ------------------------------------------------------------ */
 
-/* Gradients of one batch b: dq [L, E], dk [S, E], dv [S, Ev] (zeroed, this
- * batch's slices), from go [L, Ev] and o [L, Ev] (this batch's upstream
+/* Gradients of one batch b: dq [L, E], dk [S, E], dv [S, Ev] (this
+ * batch's slices, which backward_batch zeroes first), from go [L, Ev] and o [L, Ev] (this batch's upstream
  * gradient and output) and lse. dk, dv may be NULL when not needed. */
 typedef struct {
     const char *go, *o;
@@ -594,6 +594,13 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
     const char *q = p->q + (size_t)batch_off(p, p->qb, b) * es;
     const char *k = p->k + (size_t)batch_off(p, p->kb, b) * es;
     const char *v = p->v + (size_t)batch_off(p, p->vb, b) * es;
+    /* The slices start at zero, cleared here by the thread that fills them. */
+    if (g->dq)
+        memset(g->dq, 0, (size_t)(p->L * p->E) * es);
+    if (g->dk)
+        memset(g->dk, 0, (size_t)(p->S * p->E) * es);
+    if (g->dv)
+        memset(g->dv, 0, (size_t)(p->S * p->Ev) * es);
     /* D[i] = sum_e dO[i,e] O[i,e]: the rowsum(dP * P) of the softmax backward. */
     row_dots(dt, g->go, g->o, p->L, p->Ev, dsum);
     for (int64_t r0 = 0; r0 < p->L; r0 += BR) {
@@ -791,7 +798,7 @@ static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
         if (!n->needs[i])
             continue;
         shape[p.nbd] = rows[i], shape[p.nbd + 1] = cols[i];
-        ok = (d[i] = tg__empty(p.dtype, p.nbd + 2, shape)) != NULL;
+        ok = (d[i] = tg__empty_uninit(p.dtype, p.nbd + 2, shape)) != NULL; /* zeroed by batch */
     }
     if (ok) {
         plan_data(&p, q, k, v);

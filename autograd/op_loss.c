@@ -162,7 +162,7 @@ static int logsumexp_all(const tg_tensor *logits, const ce_geometry *g, double *
     return 0;
 }
 
-/* Rows [r0, r1) of d (zero-filled, logits' shape, contiguous): (softmax -
+/* Rows [r0, r1) of d (logits' shape, contiguous): (softmax -
  * onehot(target)) * scale, and 0 on rows whose target is ignore. */
 static void softmax_minus_onehot(const tg_tensor *logits, const tg_tensor *targets,
                                  const ce_geometry *g, const double *lse, double scale,
@@ -175,8 +175,8 @@ static void softmax_minus_onehot(const tg_tensor *logits, const tg_tensor *targe
     for (int64_t r = r0; r < r1; r++) {
         int64_t t = target_at(targets, g, r);
         if (t == ignore) {
-            if (fast)
-                memset((float *)tg__ptr(d) + r * g->classes, 0, sizeof(float) * (size_t)g->classes);
+            memset((char *)tg__ptr(d) + (size_t)(r * g->classes) * tg_dtype_size(d->dtype), 0,
+                   (size_t)g->classes * tg_dtype_size(d->dtype));
             continue;
         }
         if (fast) { /* d's row r: softmax, less 1 at t, scaled */
@@ -205,7 +205,7 @@ static int cross_entropy_backward(tg_node *n, const tg_tensor *grad, tg_tensor *
     const double *lse = tg__ptr(n->saved[0]);
     double scale = (grad->dtype == TG_FLOAT32 ? (double)*(const float *)tg__ptr(grad)
                                               : *(const double *)tg__ptr(grad)) / n->args[0];
-    tg_tensor *d = tg__empty(logits->dtype, logits->ndim, logits->shape); /* zero-filled */
+    tg_tensor *d = tg__empty_uninit(logits->dtype, logits->ndim, logits->shape); /* all written */
     if (!d)
         return -1;
     TG_FOR_ROWS(g.rows, CE_ROW_COST(&g), r0, r1,
