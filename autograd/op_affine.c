@@ -94,19 +94,34 @@ static int affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
     return rc;
 }
 
-/* The rows of y (row_bytes each) start as copies of the bias row b; on the
- * team when par (on one thread this copy costs a small model a few % of
- * its step). */
-static void fill_rows(char *y, const void *b, size_t row_bytes, int64_t rows, bool par)
+/* rows copies of the row b (row_bytes) one after another at y: the first
+ * copied from b, then the rows done so far copied after themselves, up to
+ * a block of about REPEAT_BYTES that stays in L1 and is copied from then
+ * on: short rows cost a few long copies rather than a call each. */
+#define REPEAT_BYTES 4096
+static void repeat_row(char *y, const void *b, size_t row_bytes, int64_t rows)
 {
-    if (par) {
-#pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < rows; r++)
-            memcpy(y + (size_t)r * row_bytes, b, row_bytes);
-    } else {
-        for (int64_t r = 0; r < rows; r++)
-            memcpy(y + (size_t)r * row_bytes, b, row_bytes);
+    if (rows <= 0)
+        return;
+    memcpy(y, b, row_bytes);
+    int64_t block = row_bytes < REPEAT_BYTES ? (int64_t)(REPEAT_BYTES / row_bytes) : 1;
+    for (int64_t done = 1; done < rows;) {
+        int64_t n = done < block ? done : block;
+        n = n < rows - done ? n : rows - done;
+        memcpy(y + (size_t)done * row_bytes, y, (size_t)n * row_bytes);
+        done += n;
     }
+}
+
+/* The rows of y (out elements of es bytes each) start as copies of the
+ * bias row b, one block of rows per thread when there are enough (on one
+ * thread this copy costs a small model a few % of its step). */
+static void fill_rows(char *y, const void *b, size_t es, int64_t out, int64_t rows)
+{
+    size_t row_bytes = (size_t)out * es;
+    /* copying an element costs about a quarter of an add */
+    TG_FOR_ROWS(rows, out / 4, r0, r1,
+                repeat_row(y + (size_t)r0 * row_bytes, b, row_bytes, r1 - r0));
 }
 
 /* y [..., out] = xc @ weight^T + bias, xc contiguous [..., in]. NULL when
@@ -121,10 +136,9 @@ static tg_tensor *product(const tg_tensor *xc, const tg_tensor *weight, const tg
     tg_tensor *wc = tg__contiguous(weight), *bc = bias ? tg__contiguous(bias) : NULL;
     tg_tensor *y = wc && (!bias || bc) ? tg__empty_uninit(xc->dtype, xc->ndim, shape) : NULL;
     if (y) {
-        size_t es = tg_dtype_size(xc->dtype), row_bytes = (size_t)out * es;
         char *yp = tg__ptr(y);
         if (bc)
-            fill_rows(yp, tg__ptr(bc), row_bytes, rows, rows * out > TG_PAR_MIN);
+            fill_rows(yp, tg__ptr(bc), tg_dtype_size(xc->dtype), out, rows);
         if (tg__gemm(xc->dtype, false, false, true, rows, out, in, 1.0, tg__ptr(xc), in,
                      tg__ptr(wc), in, bc ? 1.0 : 0.0, yp, out) < 0) {
             tg_release(y);

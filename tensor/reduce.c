@@ -36,8 +36,8 @@ typedef double sum_dlanes __attribute__((vector_size(SUM_LANES * sizeof(double))
 typedef float sum_flanes __attribute__((vector_size(SUM_LANES * sizeof(float))));
 
 /* acc[j] (double, zeroed) += x[r * cols + j] for j in [j0, j1), every row in
- * order: whole blocks of SUM_COLS columns in vector accumulators, any
- * columns left one at a time. */
+ * order: whole blocks of SUM_COLS columns in vector accumulators, the
+ * columns left over row by row. */
 TG_VECTOR_CLONES
 static void sum_leading_float(const float *x, int64_t rows, int64_t cols, int64_t j0,
                               int64_t j1, double *acc)
@@ -59,9 +59,11 @@ static void sum_leading_float(const float *x, int64_t rows, int64_t cols, int64_
         for (int v = 0; v < NV; v++)
             memcpy(acc + j + v * SUM_LANES, &a[v], sizeof a[v]);
     }
-    for (; j < j1; j++)
-        for (int64_t r = 0; r < rows; r++)
-            acc[j] += (double)x[r * cols + j];
+    if (j == j1)
+        return;
+    for (int64_t r = 0; r < rows; r++) /* the columns' chains side by side */
+        for (int64_t c = j; c < j1; c++)
+            acc[c] += (double)x[r * cols + c];
 }
 
 /* The same for float64, as plain loops. */

@@ -595,6 +595,41 @@ START_TEST(every_isa_path_handles_beta_zero_and_empty_k)
 }
 END_TEST
 
+/* tg_affine's bias reaches every row: 1000 rows of 3 outputs (more rows
+ * than the bias copy's block, in both dtypes), 1 row, and no rows. */
+START_TEST(affine_adds_the_bias_to_every_row)
+{
+    enum { IN = 6, OUT = 3 };
+    const int64_t row_counts[3] = {1000, 1, 0};
+    const tg_dtype dts[2] = {TG_FLOAT64, TG_FLOAT32};
+    static double xv[1000 * IN], want[1000 * OUT];
+    double wv[OUT * IN], bv[OUT] = {0.5, -2.0, 3.25};
+    for (int i = 0; i < OUT * IN; i++)
+        wv[i] = (double)(i % 5) - 2;
+    for (int i = 0; i < 1000 * IN; i++)
+        xv[i] = (double)((i * 7) % 11) / 4 - 1;
+    for (int d = 0; d < 2; d++)
+        for (int c = 0; c < 3; c++) {
+            int64_t rows = row_counts[c];
+            for (int64_t r = 0; r < rows; r++)
+                for (int o = 0; o < OUT; o++) {
+                    double acc = bv[o];
+                    for (int i = 0; i < IN; i++)
+                        acc += xv[r * IN + i] * wv[o * IN + i];
+                    want[r * OUT + o] = acc;
+                }
+            tg_scope_begin();
+            tg_tensor *x = tg_to_dtype(tg_from_data(TG_FLOAT64, 2, SHAPE(rows, IN), xv), dts[d]);
+            tg_tensor *w = tg_to_dtype(tg_from_data(TG_FLOAT64, 2, SHAPE(OUT, IN), wv), dts[d]);
+            tg_tensor *b = tg_to_dtype(tg_from_data(TG_FLOAT64, 1, SHAPE(OUT), bv), dts[d]);
+            tg_tensor *y = tg_affine(x, w, b);
+            ck_assert_shape(y, rows, OUT);
+            assert_values(y, want, rows * OUT, d == 0 ? 1e-12 : 1e-5);
+            tg_scope_end();
+        }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("matmul");
@@ -605,6 +640,7 @@ int main(void)
     tcase_add_test(values, vector_operands_follow_torch_rules);
     tcase_add_loop_test(values, batch_dims_broadcast, 0, 2);
     tcase_add_test(values, empty_inner_dim_gives_zeros);
+    tcase_add_test(values, affine_adds_the_bias_to_every_row);
     suite_add_tcase(s, values);
     TCase *errors = tcase_checked("errors");
     tcase_add_test(errors, matmul_rejects_mismatched_inner_dim);
