@@ -181,21 +181,62 @@ static int sgemm_narrow(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
     return 0;
 }
 
-/* Small square results from a long reduction: a small model's weight
- * gradient, [32, rows] by [rows, 32]. The tiny kernel reads B in place when
- * B's rows are whole vectors (else it copies op(B), which must then fit its
- * K limit), and two or more blocks of 16 rows let the team share the work
- * out, where a BLAS would run such a product on one thread. */
-#define SQUARE_LONG_MIN_M 32
-#define SQUARE_LONG_MAX (TG_GEMM_TINY_MAX_N)
-#define SQUARE_LONG_MAX_WORK (64.0 * 64 * 4096)
+/* Small results from a long reduction: a small model's weight gradient,
+ * [32, rows] by [rows, 32]. The tiny kernel reads B in place when B's rows
+ * are whole vectors (else it copies op(B), which must then fit its K
+ * limit); see sgemm_halves. */
+#define LONG_MAX_MN (TG_GEMM_TINY_MAX_N)
+#define LONG_MIN_K 64
+#define LONG_MAX_WORK (64.0 * 64 * 4096)
 
-static bool square_long(bool trans_b, int64_t m, int64_t n, int64_t k)
+static bool long_reduction(bool trans_b, int64_t m, int64_t n, int64_t k)
 {
     bool b_in_place = !trans_b && n % 16 == 0;
-    return m >= SQUARE_LONG_MIN_M && m <= SQUARE_LONG_MAX && n <= SQUARE_LONG_MAX &&
+    return m <= LONG_MAX_MN && n <= LONG_MAX_MN && k >= LONG_MIN_K &&
            (b_in_place || k <= TG_GEMM_TINY_MAX_K) &&
-           (double)m * (double)n * (double)k <= SQUARE_LONG_MAX_WORK;
+           (double)m * (double)n * (double)k <= LONG_MAX_WORK;
+}
+
+/* Half h (0 or 1) of a long reduction's k: op(A)[:, half] op(B)[half, :]
+ * into part [m, n]. */
+static void long_half(int h, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      const float *a, int64_t lda, const float *b, int64_t ldb, float *part)
+{
+    int64_t p0 = k * h / 2, p1 = k * (h + 1) / 2;
+    const float *ah = trans_a ? a + p0 * lda : a + p0;
+    const float *bh = trans_b ? b + p0 : b + p0 * ldb;
+    tg__sgemm_tiny(trans_a, trans_b, m, n, p1 - p0, 1.0f, ah, lda, bh, ldb, 0.0f, part, n);
+}
+
+/* A long reduction as two halves of its k, each into its own block on its
+ * own thread when there are two, then C = alpha (first + second) + beta C.
+ * Each thread reads only its half of op(A)'s columns and op(B)'s rows,
+ * which the ops before it, splitting their rows the same way, left in that
+ * thread's cache: splitting C's rows instead made each thread read all of
+ * both, half of it from the other core. The halves are added in one order
+ * on any number of threads, so the bits do not depend on it. */
+static int sgemm_halves(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                        float *c, int64_t ldc)
+{
+    float part[2][LONG_MAX_MN * LONG_MAX_MN];
+#if TG_HAVE_OPENMP
+    if (!omp_in_parallel() && omp_get_max_threads() > 1) {
+#pragma omp parallel for num_threads(2) schedule(static)
+        for (int h = 0; h < 2; h++)
+            long_half(h, trans_a, trans_b, m, n, k, a, lda, b, ldb, part[h]);
+    } else
+#endif
+    {
+        for (int h = 0; h < 2; h++)
+            long_half(h, trans_a, trans_b, m, n, k, a, lda, b, ldb, part[h]);
+    }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = part[0][i * n + j] + part[1][i * n + j];
+            c[i * ldc + j] = beta == 0 ? alpha * s : alpha * s + beta * c[i * ldc + j];
+        }
+    return 0;
 }
 
 /* Thin and tiny float32 products go to gemm_small.c, with or without BLAS:
@@ -216,8 +257,8 @@ static int sgemm_small(double tiny_work, bool trans_a, bool trans_b, int64_t m, 
     if (n <= NARROW_MAX_N && k <= NARROW_MAX_K &&
         (double)m * (double)n * (double)k <= NARROW_MAX_WORK)
         return sgemm_narrow(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    if (square_long(trans_b, m, n, k))
-        return sgemm_narrow(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (long_reduction(trans_b, m, n, k))
+        return sgemm_halves(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return 1;
 }
 

@@ -383,15 +383,16 @@ static void check_gemm(dgemm_fn dgemm, sgemm_fn sgemm, int64_t m, int64_t n, int
  * leave 1 to 3 rows after the blocks of 4, and 64^3 itself. Narrow ones
  * (n <= 32, k <= 64, past the tiny limit) go to the tiny kernel in blocks of
  * rows split over the threads: 700 x 30 x 50 in every build, 333 x 7 x 64
- * in front of OpenBLAS. Small results from a long reduction (m in 32..64,
- * n <= 64) also go to the tiny kernel by blocks of rows: 32 x 32 x 700
- * reads B in place (n a multiple of 16), 48 x 40 x 200 copies it. The
- * packed kernel takes the rest. */
+ * in front of OpenBLAS. Small results from a long reduction (m, n <= 64,
+ * k >= 64) go to the tiny kernel in two halves of k: 32 x 32 x 700 and
+ * 7 x 32 x 300 read B in place (n a multiple of 16), 48 x 40 x 200 copies
+ * it. The packed kernel takes the rest. */
 static const int64_t gemm_shapes[][3] = {/* m, n, k */
     {1, 1153, 385}, {4, 70, 17}, {3, 65, 7}, {2, 200, 1000}, {1, 1, 1},
     {5, 130, 20}, {7, 5, 13}, {65, 17, 33}, {6, 8, 1}, {200, 3, 70},
     {97, 130, 257}, {13, 2050, 3}, {64, 64, 64}, {63, 64, 65}, {66, 50, 64},
-    {61, 96, 40}, {62, 32, 33}, {700, 30, 50}, {333, 7, 64}, {32, 32, 700}, {48, 40, 200}};
+    {61, 96, 40}, {62, 32, 33}, {700, 30, 50}, {333, 7, 64}, {32, 32, 700}, {48, 40, 200},
+    {7, 32, 300}};
 #define N_GEMM (int)(sizeof gemm_shapes / sizeof gemm_shapes[0])
 
 START_TEST(builtin_gemm_matches_naive_loop)
@@ -529,22 +530,31 @@ START_TEST(narrow_gemm_split_over_threads_matches_one_tiny_call)
 END_TEST
 
 /* A weight gradient's shape, [32, rows] by [rows, 32] with A stored
- * transposed, also goes to the tiny kernel in blocks of rows: the same bits
- * as one call, with B read in place (tb = 0) and copied (tb = 1). */
-START_TEST(long_reduction_split_over_threads_matches_one_tiny_call)
+ * transposed, is summed as two halves of its rows, one per thread, each by
+ * the tiny kernel, then added: the same bits as those two calls added here,
+ * with B read in place (tb = 0) and copied (tb = 1), and with alpha and
+ * beta applied after the halves. */
+START_TEST(long_reduction_is_two_tiny_halves_added)
 {
-    enum { M = 32, N = 32, K = 250 };
-    static float a[K * M], b[N * K], split[M * N], whole[M * N];
+    enum { M = 32, N = 32, K = 250, H = K / 2 };
+    static float a[K * M], b[N * K], c[M * N], half[2][M * N];
     for (int i = 0; i < K * M; i++)
         a[i] = sinf(0.7f * (float)i);
     for (int i = 0; i < N * K; i++)
         b[i] = cosf(0.2f * (float)i);
     for (int tb = 0; tb < 2; tb++) {
-        ck_assert_int_eq(tg__sgemm(true, tb, M, N, K, 1.0f, a, M, b, tb ? K : N, 0.0f, split, N),
+        for (int i = 0; i < M * N; i++)
+            c[i] = (float)(i % 3);
+        ck_assert_int_eq(tg__sgemm(true, tb, M, N, K, 2.0f, a, M, b, tb ? K : N, 0.5f, c, N), 0);
+        ck_assert_int_eq(tg__sgemm_tiny(true, tb, M, N, H, 1.0f, a, M, b, tb ? K : N, 0.0f,
+                                        half[0], N), 0);
+        ck_assert_int_eq(tg__sgemm_tiny(true, tb, M, N, K - H, 1.0f, a + H * M, M,
+                                        tb ? b + H : b + H * N, tb ? K : N, 0.0f, half[1], N),
                          0);
-        ck_assert_int_eq(tg__sgemm_tiny(true, tb, M, N, K, 1.0f, a, M, b, tb ? K : N, 0.0f,
-                                        whole, N), 0);
-        ck_assert(memcmp(split, whole, sizeof split) == 0);
+        int bad = 0;
+        for (int i = 0; i < M * N; i++)
+            bad += c[i] != 2.0f * (half[0][i] + half[1][i]) + 0.5f * (float)(i % 3);
+        ck_assert_int_eq(bad, 0);
     }
 }
 END_TEST
@@ -657,7 +667,7 @@ int main(void)
     tcase_add_test(gemm, thin_gemm_with_beta_zero_ignores_what_c_held);
     tcase_add_test(gemm, thin_gemm_rows_do_not_depend_on_how_many_run_together);
     tcase_add_test(gemm, narrow_gemm_split_over_threads_matches_one_tiny_call);
-    tcase_add_test(gemm, long_reduction_split_over_threads_matches_one_tiny_call);
+    tcase_add_test(gemm, long_reduction_is_two_tiny_halves_added);
     tcase_add_test(gemm, gemm_with_empty_dims);
     tcase_add_loop_test(gemm, every_isa_path_matches_naive_loop_across_blocks, 0,
                         3 * N_ISA_SHAPES);
