@@ -397,18 +397,19 @@ static bool as_rows(const tg_tensor *t, int64_t *rows, int64_t *cols, int64_t *r
     do {                                                                      \
         T *d = tg__ptr(grad);                                                 \
         const T *s = tg__ptr(g);                                              \
-        _Pragma("omp parallel for schedule(static)")                          \
-        for (int64_t r = 0; r < rows; r++)                                    \
-            for (int64_t j = 0; j < cols; j++)                                \
-                d[r * drs + j] += s[r * srs + j];                             \
+        TG_FOR_ROWS(rows, cols, r0, r1, {                                     \
+            for (int64_t r = r0; r < r1; r++)                                 \
+                for (int64_t j = 0; j < cols; j++)                            \
+                    d[r * drs + j] += s[r * srs + j];                         \
+        });                                                                   \
     } while (0)
 
 void tg__add_into(tg_tensor *grad, const tg_tensor *g)
 {
     int64_t n = tg__numel(g->ndim, g->shape), rows, cols, drs, srs, rows2, cols2;
-    /* large and laid out in rows (a weight's gradient, a slice of q/k/v):
-     * on the team, one block of rows each */
-    if (n > TG_PAR_MIN && as_rows(grad, &rows, &cols, &drs) &&
+    /* laid out in rows (a weight's gradient, a slice of q/k/v): by rows,
+     * one block of them per thread when there are enough */
+    if (n > 0 && as_rows(grad, &rows, &cols, &drs) &&
         as_rows(g, &rows2, &cols2, &srs) && rows2 == rows && cols2 == cols) {
         if (grad->dtype == TG_FLOAT32)
             ADD_ROWS(float);

@@ -40,11 +40,13 @@ static int check_range(const int64_t *idx, int64_t n, int64_t num)
     return 0;
 }
 
-/* out[i, :] = weight[idx[i], :]; out: [n, dim] contiguous, weight any layout. */
-static void gather_rows(tg_tensor *out, const tg_tensor *weight, const int64_t *idx, int64_t n)
+/* out[i, :] = weight[idx[i], :] for i in [i0, i1); out: [n, dim]
+ * contiguous, weight any layout. */
+static void gather_rows(tg_tensor *out, const tg_tensor *weight, const int64_t *idx, int64_t i0,
+                        int64_t i1)
 {
     int64_t dim = weight->shape[1], s0 = weight->stride[0], s1 = weight->stride[1];
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = i0; i < i1; i++) {
         int64_t src = idx[i] * s0;
         if (weight->dtype == TG_FLOAT32) {
             const float *w = (const float *)tg__ptr(weight) + src;
@@ -120,8 +122,10 @@ tg_tensor *tg_embedding(const tg_tensor *weight, const tg_tensor *indices)
     bool grad = tg__needs_grad(1, inputs);
     tg_tensor *kept = !grad ? NULL : ic == indices ? tg__convert(ic, TG_INT64) : tg_retain(ic);
     tg_tensor *out = grad && !kept ? NULL : tg__empty_uninit(weight->dtype, indices->ndim + 1, shape);
-    if (out)
-        gather_rows(out, weight, tg__ptr(ic), n);
+    if (out) {
+        const int64_t *idx = tg__ptr(ic);
+        TG_FOR_ROWS(n, weight->shape[1], i0, i1, gather_rows(out, weight, idx, i0, i1));
+    }
     tg_release(ic);
     tg_node *node;
     out = tg__finish(out, TG_OP_EMBEDDING, embedding_backward, 1, inputs, &node);

@@ -157,7 +157,7 @@ bool tg__gemm_force_isa(enum tg__gemm_isa isa)
 #define NARROW_MAX_K 64
 #define NARROW_MAX_WORK (16.0 * 64 * 64 * 64)
 /* Multiply-adds below which a narrow product stays on one thread. */
-#define NARROW_PARALLEL_MIN (128.0 * 1024)
+#define NARROW_PARALLEL_MIN (64.0 * 1024)
 
 static int sgemm_narrow(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                         const float *a, int64_t lda, const float *b, int64_t ldb, float beta,

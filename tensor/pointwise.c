@@ -176,7 +176,7 @@ int tg__binary_into(tg_tensor *out, const tg_tensor *a, const tg_tensor *b,
     if (a->dtype == TG_FLOAT32 && flat) {
         float *o = tg__ptr(out);
         const float *pa = tg__ptr(a), *pb = tg__ptr(b);
-        TG_FOR_BLOCKS(n, lo, len, binary_f32(kind, o + lo, pa + lo, pb + lo, len));
+        TG_FOR_ROWS(n, 1, lo, hi, binary_f32(kind, o + lo, pa + lo, pb + lo, hi - lo));
     } else if (a->dtype == TG_FLOAT32)
         BINARY_ALL(float);
     else

@@ -392,6 +392,11 @@ START_TEST(float_broadcast_along_leading_dims_rounds_each_element_once)
                     bad += o[i] != (float)want;
                 }
             }
+    /* same shapes, contiguous: the flat loop, split the same way */
+    tg_tensor *twice = tg_add(a, a), *none = tg_sub(a, a);
+    const float *tw = tg_data(twice), *no = tg_data(none);
+    for (int64_t i = 0; i < R * S * C; i++)
+        bad += tw[i] != 2 * av[i] || no[i] != 0;
     ck_assert_int_eq(bad, 0);
     tg_scope_end();
 }

@@ -403,6 +403,30 @@ START_TEST(embedding_picks_rows_for_indices_of_any_shape)
 }
 END_TEST
 
+/* Enough rows (1000 of 16) for the gather to be shared out to the threads:
+ * each row of the output is its index's row of the table. */
+START_TEST(embedding_picks_every_row_of_a_long_index_list)
+{
+    enum { N = 1000, V = 37, D = 16 };
+    static float table[V * D];
+    static int64_t idx[N];
+    for (int i = 0; i < V * D; i++)
+        table[i] = (float)i;
+    for (int i = 0; i < N; i++)
+        idx[i] = (i * 17) % V;
+    tg_scope_begin();
+    tg_tensor *y = tg_embedding(tg_from_data(TG_FLOAT32, 2, SHAPE(V, D), table),
+                                I64(1, SHAPE(N), idx));
+    ck_assert_shape(y, N, D);
+    const float *out = tg_data(y);
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += memcmp(out + i * D, table + idx[i] * D, D * sizeof(float)) != 0;
+    ck_assert_int_eq(bad, 0);
+    tg_scope_end();
+}
+END_TEST
+
 START_TEST(embedding_gradient_adds_up_repeated_indices)
 {
     tg_tensor *w = tg_zeros(TG_FLOAT64, 2, SHAPE(3, 2));
@@ -729,6 +753,7 @@ int main(void)
     suite_add_tcase(s, ln);
     TCase *emb = tcase_checked("embedding");
     tcase_add_test(emb, embedding_picks_rows_for_indices_of_any_shape);
+    tcase_add_test(emb, embedding_picks_every_row_of_a_long_index_list);
     tcase_add_test(emb, embedding_gradient_adds_up_repeated_indices);
     tcase_add_test(emb, embedding_backward_uses_the_indices_of_the_forward);
     tcase_add_test(emb, embedding_rejects_bad_arguments);
