@@ -64,10 +64,14 @@ static int product_grads(tg_node *n, int wi, const tg_tensor *gy, const tg_tenso
     tg_tensor *dx = want_dxv ? tg__empty_uninit_like(xv) : NULL; /* all written */
     tg_tensor *dw = needs[0] ? tg__empty_uninit_like(w) : NULL;
     int rc = gc && (!want_dxv || (wc && dx)) && (!needs[0] || dw) ? 0 : -1;
-    if (rc == 0 && dx && tg__gemm(xv->dtype, false, false, false, rows, in, out, 1.0,
+    /* a small layer's two products in one region, when they qualify */
+    bool both = rc == 0 && dx && dw && xv->dtype == TG_FLOAT32 &&
+                tg__sgemm_linear_grads(rows, in, out, tg__ptr(gc), tg__ptr(wc), tg__ptr(xv),
+                                       tg__ptr(dx), tg__ptr(dw)) == 0;
+    if (rc == 0 && dx && !both && tg__gemm(xv->dtype, false, false, false, rows, in, out, 1.0,
                                   tg__ptr(gc), out, tg__ptr(wc), in, 0.0, tg__ptr(dx), in) < 0)
         rc = -1;
-    if (rc == 0 && dw && tg__gemm(xv->dtype, false, true, false, out, in, rows, 1.0,
+    if (rc == 0 && dw && !both && tg__gemm(xv->dtype, false, true, false, out, in, rows, 1.0,
                                   tg__ptr(gc), out, tg__ptr(xv), in, 0.0, tg__ptr(dw), in) < 0)
         rc = -1;
     if (rc == 0 && needs[1])

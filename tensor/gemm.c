@@ -182,17 +182,21 @@ static int sgemm_narrow(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
 }
 
 /* Small results from a long reduction: a small model's weight gradient,
- * [32, rows] by [rows, 32]. The tiny kernel reads B in place when B's rows
- * are whole vectors (else it copies op(B), which must then fit its K
- * limit); see sgemm_halves. */
+ * [32, rows] by [rows, 32], with k at least LONG_K_RATIO times m and n (an
+ * attention tile, k <= 64 by 64 x 64 or a head dim of 128 by 64 x 64, is
+ * not one). The tiny kernel reads B in place when B's rows are whole
+ * vectors (else it copies op(B), which must then fit its K limit); see
+ * sgemm_halves. */
 #define LONG_MAX_MN (TG_GEMM_TINY_MAX_N)
 #define LONG_MIN_K 64
+#define LONG_K_RATIO 4
 #define LONG_MAX_WORK (64.0 * 64 * 4096)
 
 static bool long_reduction(bool trans_b, int64_t m, int64_t n, int64_t k)
 {
     bool b_in_place = !trans_b && n % 16 == 0;
     return m <= LONG_MAX_MN && n <= LONG_MAX_MN && k >= LONG_MIN_K &&
+           k >= LONG_K_RATIO * (m > n ? m : n) &&
            (b_in_place || k <= TG_GEMM_TINY_MAX_K) &&
            (double)m * (double)n * (double)k <= LONG_MAX_WORK;
 }
@@ -239,6 +243,40 @@ static int sgemm_halves(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
     return 0;
 }
 
+/* Whether sgemm_small would send op(A) @ op(B) (no transposes) of this
+ * shape to the narrow path. */
+static bool narrow_shape(int64_t m, int64_t n, int64_t k)
+{
+    return n <= NARROW_MAX_N && k <= NARROW_MAX_K &&
+           (double)m * (double)n * (double)k <= NARROW_MAX_WORK;
+}
+
+int tg__sgemm_linear_grads(int64_t rows, int64_t in, int64_t out, const float *gy,
+                           const float *w, const float *x, float *dx, float *dw)
+{
+#if TG_HAVE_OPENMP
+    double work = (double)rows * (double)in * (double)out;
+    if (rows < 2 * 16 || !narrow_shape(rows, in, out) || !long_reduction(false, out, in, rows) ||
+        work < NARROW_PARALLEL_MIN || omp_in_parallel() || omp_get_max_threads() < 2)
+        return 1;
+    float part[2][LONG_MAX_MN * LONG_MAX_MN];
+#pragma omp parallel num_threads(2)
+    {
+        int h = omp_get_thread_num();
+        int64_t r0 = rows * h / 2, r1 = rows * (h + 1) / 2;
+        tg__sgemm_tiny(false, false, r1 - r0, in, out, 1.0f, gy + r0 * out, out, w, in, 0.0f,
+                       dx + r0 * in, in);
+        long_half(h, true, false, out, in, rows, gy, out, x, in, part[h]);
+    }
+    for (int64_t i = 0; i < out * in; i++)
+        dw[i] = part[0][i] + part[1][i];
+    return 0;
+#else
+    (void)rows, (void)in, (void)out, (void)gy, (void)w, (void)x, (void)dx, (void)dw;
+    return 1;
+#endif
+}
+
 /* Thin and tiny float32 products go to gemm_small.c, with or without BLAS:
  * its result (0 or -1), or 1 when the product is neither. Tiny means at most
  * tiny_work multiply-adds: TG_GEMM_TINY_WORK in front of the built-in packed
@@ -252,13 +290,12 @@ static int sgemm_small(double tiny_work, bool trans_a, bool trans_b, int64_t m, 
         return 1;
     if (m <= TG_GEMM_THIN_M)
         return tg__sgemm_thin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (long_reduction(trans_b, m, n, k)) /* first: the same halves with or without BLAS */
+        return sgemm_halves(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (k <= TG_GEMM_TINY_MAX_K && (double)m * (double)n * (double)k <= tiny_work)
         return tg__sgemm_tiny(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    if (n <= NARROW_MAX_N && k <= NARROW_MAX_K &&
-        (double)m * (double)n * (double)k <= NARROW_MAX_WORK)
+    if (narrow_shape(m, n, k))
         return sgemm_narrow(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    if (long_reduction(trans_b, m, n, k))
-        return sgemm_halves(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return 1;
 }
 

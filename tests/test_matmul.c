@@ -4,6 +4,11 @@
 #include "testutil.h"
 
 #include "gemm.h"
+#include "tg_config.h"
+
+#if TG_HAVE_OPENMP
+#include <omp.h>
+#endif
 
 #include <stdlib.h>
 
@@ -384,7 +389,7 @@ static void check_gemm(dgemm_fn dgemm, sgemm_fn sgemm, int64_t m, int64_t n, int
  * (n <= 32, k <= 64, past the tiny limit) go to the tiny kernel in blocks of
  * rows split over the threads: 700 x 30 x 50 in every build, 333 x 7 x 64
  * in front of OpenBLAS. Small results from a long reduction (m, n <= 64,
- * k >= 64) go to the tiny kernel in two halves of k: 32 x 32 x 700 and
+ * k >= 64 and >= 4 m, 4 n) go to the tiny kernel in two halves of k: 32 x 32 x 700 and
  * 7 x 32 x 300 read B in place (n a multiple of 16), 48 x 40 x 200 copies
  * it. The packed kernel takes the rest. */
 static const int64_t gemm_shapes[][3] = {/* m, n, k */
@@ -532,30 +537,72 @@ END_TEST
 /* A weight gradient's shape, [32, rows] by [rows, 32] with A stored
  * transposed, is summed as two halves of its rows, one per thread, each by
  * the tiny kernel, then added: the same bits as those two calls added here,
- * with B read in place (tb = 0) and copied (tb = 1), and with alpha and
- * beta applied after the halves. */
+ * with B read in place (32 x 32 x 700) and copied (64 x 48 x 256, B stored
+ * transposed), and with alpha and beta applied after the halves. */
 START_TEST(long_reduction_is_two_tiny_halves_added)
 {
-    enum { M = 32, N = 32, K = 250, H = K / 2 };
-    static float a[K * M], b[N * K], c[M * N], half[2][M * N];
-    for (int i = 0; i < K * M; i++)
+    static const int64_t shapes[2][3] = {{32, 32, 700}, {64, 48, 256}};
+    static float a[700 * 64], b[700 * 48], c[64 * 48], half[2][64 * 48];
+    for (int i = 0; i < 700 * 64; i++)
         a[i] = sinf(0.7f * (float)i);
-    for (int i = 0; i < N * K; i++)
+    for (int i = 0; i < 700 * 48; i++)
         b[i] = cosf(0.2f * (float)i);
     for (int tb = 0; tb < 2; tb++) {
-        for (int i = 0; i < M * N; i++)
+        int64_t m = shapes[tb][0], n = shapes[tb][1], k = shapes[tb][2], h = k / 2;
+        int64_t ldb = tb ? k : n;
+        for (int i = 0; i < m * n; i++)
             c[i] = (float)(i % 3);
-        ck_assert_int_eq(tg__sgemm(true, tb, M, N, K, 2.0f, a, M, b, tb ? K : N, 0.5f, c, N), 0);
-        ck_assert_int_eq(tg__sgemm_tiny(true, tb, M, N, H, 1.0f, a, M, b, tb ? K : N, 0.0f,
-                                        half[0], N), 0);
-        ck_assert_int_eq(tg__sgemm_tiny(true, tb, M, N, K - H, 1.0f, a + H * M, M,
-                                        tb ? b + H : b + H * N, tb ? K : N, 0.0f, half[1], N),
+        ck_assert_int_eq(tg__sgemm(true, tb, m, n, k, 2.0f, a, m, b, ldb, 0.5f, c, n), 0);
+        ck_assert_int_eq(tg__sgemm_tiny(true, tb, m, n, h, 1.0f, a, m, b, ldb, 0.0f, half[0], n),
                          0);
+        ck_assert_int_eq(tg__sgemm_tiny(true, tb, m, n, k - h, 1.0f, a + h * m, m,
+                                        tb ? b + h : b + h * n, ldb, 0.0f, half[1], n), 0);
         int bad = 0;
-        for (int i = 0; i < M * N; i++)
+        for (int i = 0; i < m * n; i++)
             bad += c[i] != 2.0f * (half[0][i] + half[1][i]) + 0.5f * (float)(i % 3);
         ck_assert_int_eq(bad, 0);
     }
+}
+END_TEST
+
+/* A small linear layer's two gradient products in one region come out bit
+ * for bit as two tg__sgemm calls make them: [rows, 32] layers of 32 and of
+ * 7 outputs. A layer too wide for the narrow path is left to the caller,
+ * and so is every layer in a build without OpenMP. */
+START_TEST(linear_grads_in_one_region_match_two_products)
+{
+    enum { ROWS = 500, IN = 32 };
+    static float gy[ROWS * 32], w[32 * IN], x[ROWS * IN];
+    static float dx[ROWS * IN], dw[32 * IN], dx2[ROWS * IN], dw2[32 * IN];
+    for (int i = 0; i < ROWS * 32; i++)
+        gy[i] = sinf(0.3f * (float)i);
+    for (int i = 0; i < 32 * IN; i++)
+        w[i] = cosf(0.7f * (float)i);
+    for (int i = 0; i < ROWS * IN; i++)
+        x[i] = sinf(1.1f * (float)i + 0.5f);
+#if TG_HAVE_OPENMP
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(2); /* two threads even on a one-core machine */
+#endif
+    const int64_t outs[2] = {32, 7};
+    for (int o = 0; o < 2; o++) {
+        int64_t out = outs[o];
+        int rc = tg__sgemm_linear_grads(ROWS, IN, out, gy, w, x, dx, dw);
+#if TG_HAVE_OPENMP
+        ck_assert_int_eq(rc, 0);
+#else
+        ck_assert_int_eq(rc, 1); /* no second thread: left to the caller */
+        continue;
+#endif
+        ck_assert_int_eq(tg__sgemm(false, false, ROWS, IN, out, 1.0f, gy, out, w, IN, 0.0f, dx2, IN), 0);
+        ck_assert_int_eq(tg__sgemm(true, false, out, IN, ROWS, 1.0f, gy, out, x, IN, 0.0f, dw2, IN), 0);
+        ck_assert(memcmp(dx, dx2, sizeof(float) * ROWS * IN) == 0);
+        ck_assert(memcmp(dw, dw2, sizeof(float) * (size_t)(out * IN)) == 0);
+    }
+    ck_assert_int_eq(tg__sgemm_linear_grads(ROWS, 128, 128, gy, w, x, dx, dw), 1);
+#if TG_HAVE_OPENMP
+    omp_set_num_threads(threads);
+#endif
 }
 END_TEST
 
@@ -668,6 +715,7 @@ int main(void)
     tcase_add_test(gemm, thin_gemm_rows_do_not_depend_on_how_many_run_together);
     tcase_add_test(gemm, narrow_gemm_split_over_threads_matches_one_tiny_call);
     tcase_add_test(gemm, long_reduction_is_two_tiny_halves_added);
+    tcase_add_test(gemm, linear_grads_in_one_region_match_two_products);
     tcase_add_test(gemm, gemm_with_empty_dims);
     tcase_add_loop_test(gemm, every_isa_path_matches_naive_loop_across_blocks, 0,
                         3 * N_ISA_SHAPES);
