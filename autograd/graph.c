@@ -439,6 +439,13 @@ void tg__add_into(tg_tensor *grad, const tg_tensor *g)
     } while (tg__iter_next(&it));
 }
 
+/* A pending gradient that only the engine holds (no other reference to it
+ * or its storage), contiguous: one the engine may add into in place. */
+static bool adoptable(const tg_tensor *t)
+{
+    return t->refcount == 1 && t->storage->refcount == 1 && tg_is_contiguous(t);
+}
+
 /* Adds g (input's shape and dtype) to what input has gathered so far: the
  * .grad of a leaf, which owns its storage, or the pending gradient of the
  * node that made input. */
@@ -458,7 +465,9 @@ static int accumulate(tg_tensor *input, tg_tensor *g)
         node->grad_own = false;
         return 0;
     }
-    if (node->grad_own) { /* a sum of ours already: add in place */
+    if (!node->grad_own && adoptable(node->grad))
+        node->grad_own = true; /* the first gradient, which nobody else holds */
+    if (node->grad_own) { /* ours: add in place */
         tg__add_into(node->grad, g);
         return 0;
     }
@@ -491,6 +500,21 @@ tg_tensor *tg__grad_target(tg_node *node, int i)
             producer->grad_own = true;
     }
     return *slot;
+}
+
+tg_tensor *tg__grad_owned(tg_node *node, int i)
+{
+    tg_tensor *input = node->inputs[i];
+    tg_node *producer = input->node;
+    tg_tensor *g = producer ? producer->grad : input->grad;
+    if (!g || g->dtype != input->dtype || !tg_is_contiguous(g))
+        return NULL;
+    if (producer && !producer->grad_own) {
+        if (!adoptable(g))
+            return NULL;
+        producer->grad_own = true;
+    }
+    return g;
 }
 
 /* Checks one input gradient that a backward function produced and brings it

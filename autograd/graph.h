@@ -66,6 +66,11 @@ void tg__save(tg_node *node, int slot, tg_tensor *t);
  * into it (tg__add_into) and sets grads[i] to TG_GRAD_ADDED. A slice's
  * gradient then costs the slice, not a zero-filled whole per slice. */
 tg_tensor *tg__grad_target(tg_node *node, int i);
+/* The gradient input i has gathered so far, when the engine alone holds it
+ * (contiguous, of the input's shape and dtype), for a backward to add its
+ * gradient into (then setting grads[i] to TG_GRAD_ADDED); NULL when there
+ * is none yet or it is shared, and then nothing is made. */
+tg_tensor *tg__grad_owned(tg_node *node, int i);
 extern const char tg__grad_added;
 #define TG_GRAD_ADDED ((tg_tensor *)(void *)&tg__grad_added)
 

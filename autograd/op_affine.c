@@ -50,26 +50,29 @@ static int bias_grad(const tg_tensor *gc, tg_tensor **db)
 
 /* The gradients of y = xv @ w^T + b given gy, with xv the values the product
  * read (x itself, or a function of it), w = inputs[wi] and b = inputs[wi+1].
- * dxv [..., in] when want_dxv, into *dxv (owned by the caller); dw and db
- * into grads[wi] and grads[wi+1] as the node needs them. 0, or -1 when out
- * of memory. */
+ * dxv [..., in] when want_dxv: added into into when that is given (a
+ * gradient the engine holds), else into a new *dxv (owned by the caller);
+ * dw and db into grads[wi] and grads[wi+1] as the node needs them. 0, or -1
+ * when out of memory. */
 static int product_grads(tg_node *n, int wi, const tg_tensor *gy, const tg_tensor *xv,
-                         bool want_dxv, tg_tensor **dxv, tg_tensor **grads)
+                         bool want_dxv, tg_tensor *into, tg_tensor **dxv, tg_tensor **grads)
 {
     const tg_tensor *w = n->inputs[wi];
     const bool *needs = n->needs + wi;
     grads += wi;
     int64_t out = w->shape[0], in = w->shape[1], rows = tg__numel(xv->ndim - 1, xv->shape);
     tg_tensor *gc = tg__contiguous(gy), *wc = want_dxv ? tg__contiguous(w) : NULL;
-    tg_tensor *dx = want_dxv ? tg__empty_uninit_like(xv) : NULL; /* all written */
+    tg_tensor *dx = !want_dxv ? NULL : into ? tg_retain(into) : tg__empty_uninit_like(xv);
     tg_tensor *dw = needs[0] ? tg__empty_uninit_like(w) : NULL;
+    float beta_dx = into ? 1.0f : 0.0f; /* dx holds what was gathered, or nothing yet */
     int rc = gc && (!want_dxv || (wc && dx)) && (!needs[0] || dw) ? 0 : -1;
     /* a small layer's two products in one region, when they qualify */
     bool both = rc == 0 && dx && dw && xv->dtype == TG_FLOAT32 &&
                 tg__sgemm_linear_grads(rows, in, out, tg__ptr(gc), tg__ptr(wc), tg__ptr(xv),
-                                       tg__ptr(dx), tg__ptr(dw)) == 0;
+                                       beta_dx, tg__ptr(dx), tg__ptr(dw)) == 0;
     if (rc == 0 && dx && !both && tg__gemm(xv->dtype, false, false, false, rows, in, out, 1.0,
-                                  tg__ptr(gc), out, tg__ptr(wc), in, 0.0, tg__ptr(dx), in) < 0)
+                                           tg__ptr(gc), out, tg__ptr(wc), in, beta_dx,
+                                           tg__ptr(dx), in) < 0)
         rc = -1;
     if (rc == 0 && dw && !both && tg__gemm(xv->dtype, false, true, false, out, in, rows, 1.0,
                                   tg__ptr(gc), out, tg__ptr(xv), in, 0.0, tg__ptr(dw), in) < 0)
@@ -83,18 +86,24 @@ static int product_grads(tg_node *n, int wi, const tg_tensor *gy, const tg_tenso
         tg_release(dw);
         return -1;
     }
-    *dxv = dx;
+    if (into)
+        tg_release(dx);
+    else
+        *dxv = dx;
     grads[0] = dw ? tg__ret(dw) : NULL;
     return 0;
 }
 
-/* saved: none; the inputs (x, weight, bias) are read from the node. */
+/* saved: none; the inputs (x, weight, bias) are read from the node. x's
+ * gradient is added into the one the engine holds for it when there is one
+ * (x feeding several layers, as q, k and v read one input). */
 static int affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 {
     tg_tensor *xc = tg__contiguous(n->inputs[0]), *dx = NULL;
-    int rc = xc ? product_grads(n, 1, g, xc, n->needs[0], &dx, grads) : -1;
+    tg_tensor *into = n->needs[0] ? tg__grad_owned(n, 0) : NULL;
+    int rc = xc ? product_grads(n, 1, g, xc, n->needs[0], into, &dx, grads) : -1;
     tg_release(xc);
-    grads[0] = dx ? tg__ret(dx) : NULL;
+    grads[0] = into && rc == 0 ? TG_GRAD_ADDED : dx ? tg__ret(dx) : NULL;
     return rc;
 }
 
@@ -325,7 +334,7 @@ static int layer_norm_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor 
     tg_tensor *xc = tg__contiguous(n->inputs[0]), *y[3] = {NULL, NULL, NULL}, *dy = NULL;
     int rc = xc ? normalise(xc, lw, lb, n->args[0], y) : -1;
     if (rc == 0)
-        rc = product_grads(n, 3, g, y[0], need_dy, &dy, grads);
+        rc = product_grads(n, 3, g, y[0], need_dy, NULL, &dy, grads);
     tg_release(y[0]); /* before the norm's gradients, which need one buffer of x's size */
     if (rc == 0 && dy)
         rc = tg__layer_norm_grads(dy, xc, 1, lw, lb, y[1], y[2], n->needs, grads);

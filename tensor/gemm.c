@@ -252,7 +252,7 @@ static bool narrow_shape(int64_t m, int64_t n, int64_t k)
 }
 
 int tg__sgemm_linear_grads(int64_t rows, int64_t in, int64_t out, const float *gy,
-                           const float *w, const float *x, float *dx, float *dw)
+                           const float *w, const float *x, float beta_dx, float *dx, float *dw)
 {
 #if TG_HAVE_OPENMP
     double work = (double)rows * (double)in * (double)out;
@@ -264,7 +264,7 @@ int tg__sgemm_linear_grads(int64_t rows, int64_t in, int64_t out, const float *g
     {
         int h = omp_get_thread_num();
         int64_t r0 = rows * h / 2, r1 = rows * (h + 1) / 2;
-        tg__sgemm_tiny(false, false, r1 - r0, in, out, 1.0f, gy + r0 * out, out, w, in, 0.0f,
+        tg__sgemm_tiny(false, false, r1 - r0, in, out, 1.0f, gy + r0 * out, out, w, in, beta_dx,
                        dx + r0 * in, in);
         long_half(h, true, false, out, in, rows, gy, out, x, in, part[h]);
     }
@@ -272,7 +272,8 @@ int tg__sgemm_linear_grads(int64_t rows, int64_t in, int64_t out, const float *g
         dw[i] = part[0][i] + part[1][i];
     return 0;
 #else
-    (void)rows, (void)in, (void)out, (void)gy, (void)w, (void)x, (void)dx, (void)dw;
+    (void)rows, (void)in, (void)out, (void)gy, (void)w, (void)x, (void)beta_dx, (void)dx,
+        (void)dw;
     return 1;
 #endif
 }

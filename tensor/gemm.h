@@ -64,15 +64,15 @@ int tg__sgemm_tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
                    float *c, int64_t ldc);
 
 /* A small linear layer's two gradient products, dx [rows, in] = gy [rows,
- * out] @ w [out, in] and dw [out, in] = gy^T @ x [rows, in], all contiguous
- * float32, in one parallel region of two threads: each takes one half of
- * the rows for both, so it reads the halves of gy and x that a row-split op
- * before it left in its cache, and one team start serves both. The bits are
- * those of two tg__sgemm calls (beta 0). Returns 0 when done, or 1, having
- * done nothing, when the shapes are not narrow ones or there is no second
- * thread: the caller then makes two tg__sgemm calls. */
+ * out] @ w [out, in] + beta_dx dx and dw [out, in] = gy^T @ x [rows, in],
+ * all contiguous float32, in one parallel region of two threads: each takes
+ * one half of the rows for both, so it reads the halves of gy and x that a
+ * row-split op before it left in its cache, and one team start serves both.
+ * The bits are those of two tg__sgemm calls. Returns 0 when done, or 1,
+ * having done nothing, when the shapes are not narrow ones or there is no
+ * second thread: the caller then makes two tg__sgemm calls. */
 int tg__sgemm_linear_grads(int64_t rows, int64_t in, int64_t out, const float *gy,
-                           const float *w, const float *x, float *dx, float *dw);
+                           const float *w, const float *x, float beta_dx, float *dx, float *dw);
 
 /* The instruction sets the built-in kernel has code for; the best one the
  * CPU supports is chosen at run time. */

@@ -102,6 +102,17 @@ static tg_tensor *f_affine_no_bias(tg_tensor *const *x, int n, void *c)
                   false);
 }
 
+/* One computed input read by three layers: its gradient gathers the three
+ * products, the later ones added in place into the first. */
+static tg_tensor *f_affine_shared_input(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    tg_tensor *h = tg_tanh(x[0]);
+    tg_tensor *a = tg_affine(h, x[1], x[2]), *b = tg_affine(h, x[1], NULL);
+    tg_tensor *d = tg_affine(h, x[1], x[2]);
+    return tg_sum(tg_add(tg_mul(a, b), d), NULL, 0, false);
+}
+
 static tg_tensor *f_affine_transposed(tg_tensor *const *x, int n, void *c)
 {
     (void)n, (void)c;
@@ -179,6 +190,7 @@ const gc_case cases_matmul[] = {
     {"affine_vec", f_affine, affine_vec, 0, 0},
     {"affine_mat", f_affine, affine_mat, 0, 0},
     {"affine_batch_no_bias", f_affine_no_bias, affine_batch, 0, 0},
+    {"affine_shared_input", f_affine_shared_input, affine_batch, 0, 0},
     {"affine_transposed_input", f_affine_transposed, affine_stored_t, 0, 0},
     {"gelu_affine_tanh_batch", f_gelu_affine_tanh, affine_batch, 0, 0},
     {"gelu_affine_erf_transposed_no_bias", f_gelu_affine_erf_no_bias, affine_stored_t, 0, 0},

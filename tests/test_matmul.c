@@ -566,8 +566,8 @@ START_TEST(long_reduction_is_two_tiny_halves_added)
 END_TEST
 
 /* A small linear layer's two gradient products in one region come out bit
- * for bit as two tg__sgemm calls make them: [rows, 32] layers of 32 and of
- * 7 outputs. A layer too wide for the narrow path is left to the caller,
+ * for bit as two tg__sgemm calls make them, dx added to what it held:
+ * [rows, 32] layers of 32 and of 7 outputs. A layer too wide for the narrow path is left to the caller,
  * and so is every layer in a build without OpenMP. */
 START_TEST(linear_grads_in_one_region_match_two_products)
 {
@@ -587,19 +587,21 @@ START_TEST(linear_grads_in_one_region_match_two_products)
     const int64_t outs[2] = {32, 7};
     for (int o = 0; o < 2; o++) {
         int64_t out = outs[o];
-        int rc = tg__sgemm_linear_grads(ROWS, IN, out, gy, w, x, dx, dw);
+        for (int i = 0; i < ROWS * IN; i++)
+            dx[i] = dx2[i] = (float)(i % 7); /* what dx gathered before: added to */
+        int rc = tg__sgemm_linear_grads(ROWS, IN, out, gy, w, x, 1.0f, dx, dw);
 #if TG_HAVE_OPENMP
         ck_assert_int_eq(rc, 0);
 #else
         ck_assert_int_eq(rc, 1); /* no second thread: left to the caller */
         continue;
 #endif
-        ck_assert_int_eq(tg__sgemm(false, false, ROWS, IN, out, 1.0f, gy, out, w, IN, 0.0f, dx2, IN), 0);
+        ck_assert_int_eq(tg__sgemm(false, false, ROWS, IN, out, 1.0f, gy, out, w, IN, 1.0f, dx2, IN), 0);
         ck_assert_int_eq(tg__sgemm(true, false, out, IN, ROWS, 1.0f, gy, out, x, IN, 0.0f, dw2, IN), 0);
         ck_assert(memcmp(dx, dx2, sizeof(float) * ROWS * IN) == 0);
         ck_assert(memcmp(dw, dw2, sizeof(float) * (size_t)(out * IN)) == 0);
     }
-    ck_assert_int_eq(tg__sgemm_linear_grads(ROWS, 128, 128, gy, w, x, dx, dw), 1);
+    ck_assert_int_eq(tg__sgemm_linear_grads(ROWS, 128, 128, gy, w, x, 0.0f, dx, dw), 1);
 #if TG_HAVE_OPENMP
     omp_set_num_threads(threads);
 #endif
