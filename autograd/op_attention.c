@@ -197,6 +197,27 @@ static void mask_tile(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int
             }
 }
 
+/* Whether the tile of rows r0.. and keys j0.. (nc of them) crosses the
+ * causal diagonal: some of its keys come after some of its rows. */
+static bool on_diagonal(const attn_plan *p, int64_t r0, int64_t j0, int64_t nc)
+{
+    return p->causal && j0 + nc - 1 > r0;
+}
+
+/* C = alpha op(A) B + beta C for one of a tile's products (B stored K x
+ * N). On a float32 tile across the causal diagonal, op(A) (the weights or
+ * their gradient, or its transpose) is zero outside the band [i + lo, i +
+ * hi] of each row i, and the product reads only that band. */
+static int tile_product(const attn_plan *p, bool diag, bool trans_a, int64_t m, int64_t n,
+                        int64_t k, double alpha, const void *a, int64_t lda, const void *b,
+                        int64_t ldb, double beta, void *c, int64_t ldc, int64_t lo, int64_t hi)
+{
+    if (diag && p->dtype == TG_FLOAT32 && m > 0 && n > 0 && k > 0)
+        return tg__sgemm_tiny_band(trans_a, false, m, n, k, (float)alpha, a, lda, b, ldb,
+                                   (float)beta, c, ldc, lo, hi);
+    return tg__gemm(p->dtype, true, trans_a, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 /* The tile of scaled scores for rows r0.. and keys j0.. of batch b, with
  * the mask applied, in the dtype's buffer t [nr, BC]. */
 static int score_tile(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int64_t j0,
@@ -439,8 +460,9 @@ static int forward_one_tile_f32(const attn_plan *p, scratch *w, int64_t b, int64
     softmax_f32(w, nr, nc, lse + b * p->L + r0);
     const float *v = (const float *)p->v + batch_off(p, p->vb, b);
     int64_t ldo = nr > 1 ? out_row(p, b, r0 + 1) - out_row(p, b, r0) : p->Ev;
-    return tg__sgemm_builtin(false, false, nr, p->Ev, nc, 1.0f, w->t, BC, v, p->vrs, 0.0f,
-                             (float *)out + out_row(p, b, r0), ldo);
+    /* row i's weights end at key r0 + i on the diagonal */
+    return tile_product(p, on_diagonal(p, r0, 0, nc), false, nr, p->Ev, nc, 1.0, w->t, BC, v,
+                        p->vrs, 0.0, (float *)out + out_row(p, b, r0), ldo, INT64_MIN, r0);
 }
 
 /* Rows [r0, r0 + nr) of batch b: out [nb, L, Ev], lse [nb, L] (double). */
@@ -463,8 +485,9 @@ static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, 
             online_softmax_f32(w, nr, nc, p->Ev);
         else
             online_softmax(p, w, b, r0, j0, nr, nc);
-        if (tg__gemm(p->dtype, true, false, false, nr, p->Ev, nc, 1.0, w->t, BC,
-                     v + (size_t)(j0 * p->vrs) * es, p->vrs, 1.0, w->acc, p->Ev) < 0)
+        if (tile_product(p, on_diagonal(p, r0, j0, nc), false, nr, p->Ev, nc, 1.0, w->t, BC,
+                         v + (size_t)(j0 * p->vrs) * es, p->vrs, 1.0, w->acc, p->Ev, INT64_MIN,
+                         r0 - j0) < 0)
             return -1;
     }
     int64_t row0 = b * p->L + r0;
@@ -616,16 +639,20 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
             if (rc < 0)
                 return -1;
             grad_tile(p, w, g->lse + r0, dsum + r0, b, r0, j0, nr, nc); /* t = dS, t2 = Pd */
-            /* dV_j += Pd^T dO_i; dK_j += scale dS^T Q_i; dQ_i += scale dS K_j */
+            /* dV_j += Pd^T dO_i; dK_j += scale dS^T Q_i; dQ_i += scale dS K_j. On
+             * the diagonal, key j sees queries from j - d on, and query i keys
+             * up to i + d. */
+            bool diag = on_diagonal(p, r0, j0, nc);
+            int64_t d = r0 - j0;
             if (g->dv)
-                rc |= tg__gemm(dt, true, true, false, nc, p->Ev, nr, 1.0, w->t2, BC, goi, p->Ev,
-                               1.0, g->dv + (size_t)(j0 * p->Ev) * es, p->Ev);
+                rc |= tile_product(p, diag, true, nc, p->Ev, nr, 1.0, w->t2, BC, goi, p->Ev, 1.0,
+                                   g->dv + (size_t)(j0 * p->Ev) * es, p->Ev, -d, INT64_MAX);
             if (g->dk)
-                rc |= tg__gemm(dt, true, true, false, nc, p->E, nr, p->scale, w->t, BC, qi, p->qrs,
-                               1.0, g->dk + (size_t)(j0 * p->E) * es, p->E);
+                rc |= tile_product(p, diag, true, nc, p->E, nr, p->scale, w->t, BC, qi, p->qrs,
+                                   1.0, g->dk + (size_t)(j0 * p->E) * es, p->E, -d, INT64_MAX);
             if (g->dq)
-                rc |= tg__gemm(dt, true, false, false, nr, p->E, nc, p->scale, w->t, BC, kj, p->krs,
-                               1.0, g->dq + (size_t)(r0 * p->E) * es, p->E);
+                rc |= tile_product(p, diag, false, nr, p->E, nc, p->scale, w->t, BC, kj, p->krs,
+                                   1.0, g->dq + (size_t)(r0 * p->E) * es, p->E, INT64_MIN, d);
             if (rc < 0)
                 return -1;
         }

@@ -74,6 +74,16 @@ int tg__sgemm_tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 int tg__sgemm_linear_grads(int64_t rows, int64_t in, int64_t out, const float *gy,
                            const float *w, const float *x, float beta_dx, float *dx, float *dw);
 
+/* tg__sgemm_tiny for an op(A) that is zero outside a band, which it skips:
+ * row i of op(A) is read only at p in [i + lo, i + hi] (within [0, k));
+ * INT64_MIN and INT64_MAX leave that side open. A causal attention tile's
+ * weights are such a band. The elements read are
+ * summed in the order tg__sgemm_tiny sums them, so where the skipped ones
+ * are zeros and B is finite the bits are the same. Same contract. */
+int tg__sgemm_tiny_band(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                        float *c, int64_t ldc, int64_t lo, int64_t hi);
+
 /* The instruction sets the built-in kernel has code for; the best one the
  * CPU supports is chosen at run time. */
 enum tg__gemm_isa {

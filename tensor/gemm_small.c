@@ -19,6 +19,7 @@
 #include "fastmath.h"
 #include "tg_config.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -254,22 +255,59 @@ static inline __attribute__((always_inline)) void tiny_store(const int NV, const
             out[j] = alpha * row[j] + beta * out[j];
 }
 
-/* Rows of C from op(A)'s rows and bt (K rows of NV*16, ldbt apart), four rows at a time and
- * then one: NV is a constant where this is inlined, so the accumulators
- * (fixed-size arrays, as in dots_m) live in registers, and four rows give the FMA units four independent
- * chains where one row's K dependent FMAs would each wait on the last.
- * Each element still sums over p in order. */
+/* Which p each row of op(A) is read at: p in [i + lo, i + hi] for row i,
+ * within [0, k). The rest of the row is zero and skipped (a causal
+ * attention tile's weights); NO_BAND reads every p. */
+typedef struct {
+    int64_t lo, hi;
+} band;
+#define NO_BAND ((band){INT64_MIN / 4, INT64_MAX / 4})
+
+/* R rows of C from row i of op(A) on (R <= 3 and NV constants where this
+ * is inlined, so that the accumulators, fixed-size arrays as in dots_m,
+ * live in registers): R rows give the FMA units R independent chains where
+ * one row's dependent FMAs would each wait on the last. Each element sums
+ * over p in order, over the p the band allows any of the R rows. */
+static inline __attribute__((always_inline)) void tiny_block(
+    const int NV, const int R, int64_t i, int64_t n, int64_t k, band bd, float alpha,
+    const float *a, int64_t sa_i, int64_t sa_p, const float *bt, int64_t ldbt, float beta,
+    float *c, int64_t ldc)
+{
+    int64_t p0 = i + bd.lo > 0 ? i + bd.lo : 0, p1 = i + R - 1 + bd.hi + 1 < k ? i + R + bd.hi : k;
+    lanes acc[3][TINY_MAX_NV];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < NV; v++)
+            acc[r][v] = (lanes){0};
+    const float *ai = a + i * sa_i;
+    for (int64_t p = p0; p < p1; p++) {
+        float s[3];
+        for (int r = 0; r < R; r++)
+            s[r] = ai[r * sa_i + p * sa_p];
+        for (int v = 0; v < NV; v++) {
+            lanes bv;
+            load_lanes(&bv, bt + p * ldbt + v * LANES);
+            for (int r = 0; r < R; r++)
+                acc[r][v] += s[r] * bv;
+        }
+    }
+    for (int r = 0; r < R; r++)
+        tiny_store(NV, acc[r], n, alpha, beta, c + (i + r) * ldc);
+}
+
+/* Rows of C from op(A)'s rows and bt (K rows of NV*16, ldbt apart): four
+ * rows at a time, then the one to three left as one block. */
 static inline __attribute__((always_inline)) void tiny_rows(
-    const int NV, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t sa_i,
-    int64_t sa_p, const float *bt, int64_t ldbt, float beta, float *c, int64_t ldc)
+    const int NV, int64_t m, int64_t n, int64_t k, band bd, float alpha, const float *a,
+    int64_t sa_i, int64_t sa_p, const float *bt, int64_t ldbt, float beta, float *c, int64_t ldc)
 {
     int64_t i = 0;
-    for (; i + 4 <= m; i += 4) {
+    for (; i + 4 <= m; i += 4) { /* as tiny_block(NV, 4, ...), in four named arrays */
+        int64_t p0 = i + bd.lo > 0 ? i + bd.lo : 0, p1 = i + 3 + bd.hi + 1 < k ? i + 4 + bd.hi : k;
         lanes c0[TINY_MAX_NV], c1[TINY_MAX_NV], c2[TINY_MAX_NV], c3[TINY_MAX_NV];
         for (int v = 0; v < NV; v++)
             c0[v] = c1[v] = c2[v] = c3[v] = (lanes){0};
         const float *a0 = a + i * sa_i, *a1 = a0 + sa_i, *a2 = a1 + sa_i, *a3 = a2 + sa_i;
-        for (int64_t p = 0; p < k; p++) {
+        for (int64_t p = p0; p < p1; p++) {
             float s0 = a0[p * sa_p], s1 = a1[p * sa_p], s2 = a2[p * sa_p], s3 = a3[p * sa_p];
             for (int v = 0; v < NV; v++) {
                 lanes bv;
@@ -285,26 +323,18 @@ static inline __attribute__((always_inline)) void tiny_rows(
         tiny_store(NV, c2, n, alpha, beta, c + (i + 2) * ldc);
         tiny_store(NV, c3, n, alpha, beta, c + (i + 3) * ldc);
     }
-    for (; i < m; i++) {
-        lanes acc[TINY_MAX_NV];
-        for (int v = 0; v < NV; v++)
-            acc[v] = (lanes){0};
-        for (int64_t p = 0; p < k; p++) {
-            float s = a[i * sa_i + p * sa_p];
-            for (int v = 0; v < NV; v++) {
-                lanes bv;
-                load_lanes(&bv, bt + p * ldbt + v * LANES);
-                acc[v] += s * bv;
-            }
-        }
-        tiny_store(NV, acc, n, alpha, beta, c + i * ldc);
+    switch (m - i) {
+    case 3: tiny_block(NV, 3, i, n, k, bd, alpha, a, sa_i, sa_p, bt, ldbt, beta, c, ldc); break;
+    case 2: tiny_block(NV, 2, i, n, k, bd, alpha, a, sa_i, sa_p, bt, ldbt, beta, c, ldc); break;
+    case 1: tiny_block(NV, 1, i, n, k, bd, alpha, a, sa_i, sa_p, bt, ldbt, beta, c, ldc); break;
+    default: break;
     }
 }
 
 TG_VECTOR_CLONES
-static void tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-                 int64_t ldc)
+static void tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, band bd,
+                 float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                 float beta, float *c, int64_t ldc)
 {
     int64_t sa_i = trans_a ? 1 : lda, sa_p = trans_a ? lda : 1;
     float bt[TG_GEMM_TINY_MAX_K * TG_GEMM_TINY_MAX_N];
@@ -335,10 +365,10 @@ static void tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
             }
         }
         switch (nv) {
-        case 1: tiny_rows(1, m, nb, k, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
-        case 2: tiny_rows(2, m, nb, k, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
-        case 3: tiny_rows(3, m, nb, k, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
-        default: tiny_rows(4, m, nb, k, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
+        case 1: tiny_rows(1, m, nb, k, bd, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
+        case 2: tiny_rows(2, m, nb, k, bd, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
+        case 3: tiny_rows(3, m, nb, k, bd, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
+        default: tiny_rows(4, m, nb, k, bd, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
         }
     }
 }
@@ -347,6 +377,17 @@ int tg__sgemm_tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                    float *c, int64_t ldc)
 {
-    tiny(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    tiny(trans_a, trans_b, m, n, k, NO_BAND, alpha, a, lda, b, ldb, beta, c, ldc);
+    return 0;
+}
+
+int tg__sgemm_tiny_band(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                        float *c, int64_t ldc, int64_t lo, int64_t hi)
+{
+    int64_t far = m + k; /* past every row and p: no overflow in i + lo */
+    lo = lo < -far ? -far : lo > far ? far : lo;
+    hi = hi < -far ? -far : hi > far ? far : hi;
+    tiny(trans_a, trans_b, m, n, k, (band){lo, hi}, alpha, a, lda, b, ldb, beta, c, ldc);
     return 0;
 }

@@ -565,6 +565,40 @@ START_TEST(long_reduction_is_two_tiny_halves_added)
 }
 END_TEST
 
+/* A product that reads only a band of op(A) gives the bits of the full
+ * product when op(A) is zero outside the band: lower bands (row i up to
+ * p = i + hi, as a causal tile's weights) and upper ones (from p = i + lo,
+ * as their transpose), A stored either way, more rows than p and fewer,
+ * row counts that leave 1 to 3 rows after the blocks of 4, and B of whole
+ * and partial vectors. */
+START_TEST(banded_tiny_product_skips_only_zeros)
+{
+    static const int64_t shapes[][3] = {{42, 11, 31}, {16, 32, 16}, {13, 40, 64}, {7, 16, 9}};
+    static float a[64 * 64], b[64 * 64], full[64 * 64], band[64 * 64];
+    for (int sh = 0; sh < 4; sh++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int upper = 0; upper < 2; upper++) {
+                int64_t m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2];
+                int64_t d = sh - 1, lda = ta ? m : k; /* diagonal offsets -1 to 2 */
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t p = 0; p < k; p++) {
+                        bool in = upper ? p >= i - d : p <= i + d;
+                        a[ta ? p * lda + i : i * lda + p] = in ? sinf((float)(i * 13 + p)) : 0;
+                    }
+                for (int64_t i = 0; i < k * n; i++)
+                    b[i] = cosf(0.37f * (float)i);
+                ck_assert_int_eq(tg__sgemm_tiny(ta, false, m, n, k, 1.5f, a, lda, b, n, 0.0f,
+                                                full, n), 0);
+                ck_assert_int_eq(tg__sgemm_tiny_band(ta, false, m, n, k, 1.5f, a, lda, b, n,
+                                                     0.0f, band, n, upper ? -d : INT64_MIN,
+                                                     upper ? INT64_MAX : d), 0);
+                ck_assert_msg(memcmp(full, band, sizeof(float) * (size_t)(m * n)) == 0,
+                              "%lldx%lldx%lld ta=%d upper=%d", (long long)m, (long long)n,
+                              (long long)k, ta, upper);
+            }
+}
+END_TEST
+
 /* A small linear layer's two gradient products in one region come out bit
  * for bit as two tg__sgemm calls make them, dx added to what it held:
  * [rows, 32] layers of 32 and of 7 outputs. A layer too wide for the narrow path is left to the caller,
@@ -718,6 +752,7 @@ int main(void)
     tcase_add_test(gemm, narrow_gemm_split_over_threads_matches_one_tiny_call);
     tcase_add_test(gemm, long_reduction_is_two_tiny_halves_added);
     tcase_add_test(gemm, linear_grads_in_one_region_match_two_products);
+    tcase_add_test(gemm, banded_tiny_product_skips_only_zeros);
     tcase_add_test(gemm, gemm_with_empty_dims);
     tcase_add_loop_test(gemm, every_isa_path_matches_naive_loop_across_blocks, 0,
                         3 * N_ISA_SHAPES);
