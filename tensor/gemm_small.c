@@ -294,6 +294,47 @@ static inline __attribute__((always_inline)) void tiny_block(
         tiny_store(NV, acc[r], n, alpha, beta, c + (i + r) * ldc);
 }
 
+/* R rows (at most 8, a constant where inlined) of C at most 8 columns wide (the 7
+ * classes of a small model's head) from row i of op(A) and bt (K rows of 8,
+ * ldbt apart), in vectors of 8: a 16-lane FMA costs as much as two of 8,
+ * so half of every one was waste. Each element sums over p in order, over
+ * the p the band allows any of the R rows. */
+static inline __attribute__((always_inline)) void tiny_block8(
+    const int R, int64_t i, int64_t n, int64_t k, band bd, float alpha, const float *a,
+    int64_t sa_i, int64_t sa_p, const float *bt, int64_t ldbt, float beta, float *c, int64_t ldc)
+{
+    int64_t p0 = i + bd.lo > 0 ? i + bd.lo : 0, p1 = i + R - 1 + bd.hi + 1 < k ? i + R + bd.hi : k;
+    lanes8 acc[8];
+    for (int r = 0; r < R; r++)
+        acc[r] = (lanes8){0};
+    for (int64_t p = p0; p < p1; p++) {
+        lanes8 bv;
+        memcpy(&bv, bt + p * ldbt, sizeof bv);
+        for (int r = 0; r < R; r++)
+            acc[r] += a[(i + r) * sa_i + p * sa_p] * bv;
+    }
+    for (int r = 0; r < R; r++) {
+        float row[8];
+        memcpy(row, &acc[r], sizeof row);
+        float *out = c + (i + r) * ldc;
+        for (int64_t j = 0; j < n; j++)
+            out[j] = beta == 0 ? alpha * row[j] : alpha * row[j] + beta * out[j];
+    }
+}
+
+static inline __attribute__((always_inline)) void tiny_rows8(
+    int64_t m, int64_t n, int64_t k, band bd, float alpha, const float *a, int64_t sa_i,
+    int64_t sa_p, const float *bt, int64_t ldbt, float beta, float *c, int64_t ldc)
+{
+    int64_t i = 0;
+    for (; i + 8 <= m; i += 8) /* eight chains: two FMAs a cycle, each 4 cycles long */
+        tiny_block8(8, i, n, k, bd, alpha, a, sa_i, sa_p, bt, ldbt, beta, c, ldc);
+    for (; i + 4 <= m; i += 4)
+        tiny_block8(4, i, n, k, bd, alpha, a, sa_i, sa_p, bt, ldbt, beta, c, ldc);
+    for (; i < m; i++)
+        tiny_block8(1, i, n, k, bd, alpha, a, sa_i, sa_p, bt, ldbt, beta, c, ldc);
+}
+
 /* Rows of C from op(A)'s rows and bt (K rows of NV*16, ldbt apart): four
  * rows at a time, then the one to three left as one block. */
 static inline __attribute__((always_inline)) void tiny_rows(
@@ -341,12 +382,12 @@ static void tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, ba
     for (int64_t j0 = 0; j0 < n; j0 += TG_GEMM_TINY_MAX_N) {
         int64_t nb = n - j0 < TG_GEMM_TINY_MAX_N ? n - j0 : TG_GEMM_TINY_MAX_N;
         int nv = (int)((nb + LANES - 1) / LANES);
-        int64_t w = nv * LANES, ldbt = w;
+        int64_t w = nb <= 8 ? 8 : nv * LANES, ldbt = w; /* rows of bt: 8 or whole vectors */
         const float *bp = bt;
         if (!trans_b && nb == w) { /* whole vectors of B's rows: read in place */
             bp = b + j0, ldbt = ldb;
         } else if (trans_b) { /* B stored n x k: bt's row p is B's column p */
-            int64_t j16 = nb - nb % LANES, p16 = k - k % LANES;
+            int64_t j16 = w < LANES ? 0 : nb - nb % LANES, p16 = k - k % LANES;
             for (int64_t j = 0; j < j16; j += LANES)
                 for (int64_t p = 0; p < p16; p += LANES)
                     transpose16(b + (j0 + j) * ldb + p, ldb, bt + p * w + j, w);
@@ -363,6 +404,10 @@ static void tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, ba
                 for (int64_t j = nb; j < w; j++)
                     bt[p * w + j] = 0;
             }
+        }
+        if (w == 8) {
+            tiny_rows8(m, nb, k, bd, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc);
+            continue;
         }
         switch (nv) {
         case 1: tiny_rows(1, m, nb, k, bd, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;

@@ -570,12 +570,13 @@ END_TEST
  * p = i + hi, as a causal tile's weights) and upper ones (from p = i + lo,
  * as their transpose), A stored either way, more rows than p and fewer,
  * row counts that leave 1 to 3 rows after the blocks of 4, and B of whole
- * and partial vectors. */
+ * and partial vectors, and of at most 8 columns (vectors of 8). */
 START_TEST(banded_tiny_product_skips_only_zeros)
 {
-    static const int64_t shapes[][3] = {{42, 11, 31}, {16, 32, 16}, {13, 40, 64}, {7, 16, 9}};
+    static const int64_t shapes[][3] = {{42, 11, 31}, {16, 32, 16}, {13, 40, 64}, {7, 16, 9},
+                                        {29, 5, 20}};
     static float a[64 * 64], b[64 * 64], full[64 * 64], band[64 * 64];
-    for (int sh = 0; sh < 4; sh++)
+    for (int sh = 0; sh < 5; sh++)
         for (int ta = 0; ta < 2; ta++)
             for (int upper = 0; upper < 2; upper++) {
                 int64_t m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2];
