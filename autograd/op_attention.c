@@ -38,6 +38,10 @@ typedef struct {
     bool dropout;
     uint64_t key, drop_below;
     double keep;
+    /* [nb, L, wld] float32: the weights of a short problem (keeps_weights),
+     * written by the forward and read back by the backward; else NULL. */
+    float *weights;
+    int64_t wld; /* its row stride: the keys rounded up to whole vectors */
 } attn_plan;
 
 /* Element offset of batch b (row-major over bshape) for the given strides. */
@@ -169,11 +173,11 @@ static int64_t key_end(const attn_plan *p, int64_t r1)
         }                                                                     \
     } while (0)
 
-/* Adds the mask and the causal rule to a tile of scores t [nr, BC] in the
+/* Adds the mask and the causal rule to a tile of scores t [nr, ldt] in the
  * dtype (rows r0.., keys j0..): masked entries become -inf, a float mask is
  * added. */
 static void mask_tile(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int64_t j0,
-                      int64_t nc, void *t)
+                      int64_t nc, void *t, int64_t ldt)
 {
     bool f32 = p->dtype == TG_FLOAT32;
     if (p->mask) {
@@ -182,18 +186,18 @@ static void mask_tile(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int
         for (int64_t r = 0; r < nr; r++) {
             int64_t o = base + (r0 + r) * si + j0 * sj;
             if (f32)
-                MASK_ROW(float, (float *)t + r * BC, m, o, sj, nc);
+                MASK_ROW(float, (float *)t + r * ldt, m, o, sj, nc);
             else
-                MASK_ROW(double, (double *)t + r * BC, m, o, sj, nc);
+                MASK_ROW(double, (double *)t + r * ldt, m, o, sj, nc);
         }
     }
     if (p->causal && j0 + nc - 1 > r0)
         for (int64_t r = 0; r < nr; r++)
             for (int64_t c = r0 + r + 1 - j0 < 0 ? 0 : r0 + r + 1 - j0; c < nc; c++) {
                 if (f32)
-                    ((float *)t)[r * BC + c] = -INFINITY;
+                    ((float *)t)[r * ldt + c] = -INFINITY;
                 else
-                    ((double *)t)[r * BC + c] = -INFINITY;
+                    ((double *)t)[r * ldt + c] = -INFINITY;
             }
 }
 
@@ -219,17 +223,24 @@ static int tile_product(const attn_plan *p, bool diag, bool trans_a, int64_t m, 
 }
 
 /* The tile of scaled scores for rows r0.. and keys j0.. of batch b, with
- * the mask applied, in the dtype's buffer t [nr, BC]. */
-static int score_tile(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int64_t j0,
-                      int64_t nc, void *t)
+ * the mask applied, in the dtype's buffer t [nr, ldt]. */
+static int score_rows(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int64_t j0,
+                      int64_t nc, void *t, int64_t ldt)
 {
     const char *q = p->q + (size_t)(batch_off(p, p->qb, b) + r0 * p->qrs) * esize(p);
     const char *k = p->k + (size_t)(batch_off(p, p->kb, b) + j0 * p->krs) * esize(p);
     if (tg__gemm(p->dtype, true, false, true, nr, nc, p->E, p->scale, q, p->qrs, k, p->krs, 0.0,
-                 t, BC) < 0)
+                 t, ldt) < 0)
         return -1;
-    mask_tile(p, b, r0, nr, j0, nc, t);
+    mask_tile(p, b, r0, nr, j0, nc, t, ldt);
     return 0;
+}
+
+/* The same into a scratch tile [nr, BC]. */
+static int score_tile(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int64_t j0,
+                      int64_t nc, void *t)
+{
+    return score_rows(p, b, r0, nr, j0, nc, t, BC);
 }
 
 static void store(tg_dtype dtype, void *t, int64_t i, double x)
@@ -408,32 +419,33 @@ static void online_softmax_f32(scratch *w, int64_t nr, int64_t nc, int64_t ev)
     }
 }
 
-/* The whole softmax of such a tile when it holds every key its rows see:
- * each row becomes its weights (exps over their sum; zeros where every key
- * is masked) and lse[r] its logsumexp. In passes over all the rows, so that
+/* The whole softmax of such a tile t [nr, ldt] (ldt >= nc rounded up to
+ * 16) when it holds every key its rows see: each row becomes its weights
+ * (exps over their sum; zeros where every key is masked, and in the
+ * padding) and lse[r] its logsumexp. In passes over all the rows, so that
  * one row's exps need not wait on the last row's sum. */
 TG_VECTOR_CLONES
-static void softmax_f32(scratch *w, int64_t nr, int64_t nc, double *lse)
+static void softmax_f32(float *t, int64_t ldt, int64_t nr, int64_t nc, double *sum,
+                        double *lse)
 {
     float mx[BR];
     for (int64_t r = 0; r < nr; r++)
-        mx[r] = padded_row_max((float *)w->t + r * BC, nc, -INFINITY);
+        mx[r] = padded_row_max(t + r * ldt, nc, -INFINITY);
     for (int64_t r = 0; r < nr; r++) {
-        float *t = (float *)w->t + r * BC;
         if (mx[r] == -INFINITY) {
-            memset(t, 0, (size_t)nc * sizeof *t);
+            memset(t + r * ldt, 0, (size_t)nc * sizeof *t);
             lse[r] = -INFINITY;
             continue;
         }
-        w->l[r] = padded_row_exp(t, nc, mx[r]);
+        sum[r] = padded_row_exp(t + r * ldt, nc, mx[r]);
     }
     for (int64_t r = 0; r < nr; r++) {
         if (mx[r] == -INFINITY)
             continue;
-        float *t = (float *)w->t + r * BC, inv = (float)(1.0 / w->l[r]);
+        float *row = t + r * ldt, inv = (float)(1.0 / sum[r]);
         for (int64_t c = 0; c < nc; c++)
-            t[c] *= inv;
-        lse[r] = mx[r] + log(w->l[r]);
+            row[c] *= inv;
+        lse[r] = mx[r] + log(sum[r]);
     }
 }
 
@@ -449,19 +461,32 @@ static int64_t out_row(const attn_plan *p, int64_t b, int64_t t)
     return ((b0 * p->L + t) * H + b1) * p->Ev;
 }
 
+/* Whether the whole problem is one float32 tile without dropout per batch
+ * (a short sequence): its weights, nb L wld floats, are then kept for the
+ * backward, which reads them back instead of recomputing the scores and
+ * their exps. */
+static bool keeps_weights(const attn_plan *p)
+{
+    return p->dtype == TG_FLOAT32 && !p->dropout && p->L > 0 && p->L <= BR && p->Ev > 0 &&
+           key_end(p, p->L) > 0 && key_end(p, p->L) <= BC;
+}
+
 /* forward_block for float32 without dropout when one tile holds every key
  * the rows see: the weights are normalised in the tile and multiply v
  * straight into the output, with no accumulator to rescale. */
 static int forward_one_tile_f32(const attn_plan *p, scratch *w, int64_t b, int64_t r0,
                                 int64_t nr, int64_t nc, char *out, double *lse)
 {
-    if (score_tile(p, b, r0, nr, 0, nc, w->t) < 0)
+    /* the weights kept for the backward are made in place */
+    float *t = p->weights ? p->weights + (b * p->L + r0) * p->wld : w->t;
+    int64_t ldt = p->weights ? p->wld : BC;
+    if (score_rows(p, b, r0, nr, 0, nc, t, ldt) < 0)
         return -1;
-    softmax_f32(w, nr, nc, lse + b * p->L + r0);
+    softmax_f32(t, ldt, nr, nc, w->l, lse + b * p->L + r0);
     const float *v = (const float *)p->v + batch_off(p, p->vb, b);
     int64_t ldo = nr > 1 ? out_row(p, b, r0 + 1) - out_row(p, b, r0) : p->Ev;
     /* row i's weights end at key r0 + i on the diagonal */
-    return tile_product(p, on_diagonal(p, r0, 0, nc), false, nr, p->Ev, nc, 1.0, w->t, BC, v,
+    return tile_product(p, on_diagonal(p, r0, 0, nc), false, nr, p->Ev, nc, 1.0, t, ldt, v,
                         p->vrs, 0.0, (float *)out + out_row(p, b, r0), ldo, INT64_MIN, r0);
 }
 
@@ -609,6 +634,37 @@ static void row_dots(tg_dtype dt, const void *x, const void *y, int64_t rows, in
         dsum[i] = row_dot(dt, (const char *)x + i * row, (const char *)y + i * row, n);
 }
 
+/* backward_batch's products when the forward kept the weights P [L, wld]
+ * of batch b (one tile): dPd = dO V^T, dS = P (dPd - D), and the three
+ * gradients from P and dS, with nothing recomputed. */
+static int backward_kept(const attn_plan *p, scratch *w, int64_t b, const grad_slices *g,
+                         const double *dsum, const float *q, const float *k, const float *v)
+{
+    int64_t nr = p->L, nc = key_end(p, p->L), S = p->wld;
+    const float *P = p->weights + b * p->L * S;
+    float *ds = w->t, *dpd = w->t2;
+    if (tg__sgemm_builtin(false, true, nr, nc, p->Ev, 1.0f, (const float *)g->go, p->Ev, v,
+                          p->vrs, 0.0f, dpd, BC) < 0)
+        return -1;
+    for (int64_t r = 0; r < nr; r++) {
+        float d = (float)dsum[r];
+        for (int64_t c = 0; c < nc; c++)
+            ds[r * BC + c] = P[r * S + c] * (dpd[r * BC + c] - d);
+    }
+    bool diag = on_diagonal(p, 0, 0, nc);
+    int rc = 0;
+    if (g->dv)
+        rc |= tile_product(p, diag, true, nc, p->Ev, nr, 1.0, P, S, g->go, p->Ev, 1.0, g->dv,
+                           p->Ev, 0, INT64_MAX);
+    if (g->dk)
+        rc |= tile_product(p, diag, true, nc, p->E, nr, p->scale, ds, BC, q, p->qrs, 1.0, g->dk,
+                           p->E, 0, INT64_MAX);
+    if (g->dq)
+        rc |= tile_product(p, diag, false, nr, p->E, nc, p->scale, ds, BC, k, p->krs, 1.0, g->dq,
+                           p->E, INT64_MIN, 0);
+    return rc < 0 ? -1 : 0;
+}
+
 static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_slices *g,
                           double *dsum)
 {
@@ -626,6 +682,9 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
         memset(g->dv, 0, (size_t)(p->S * p->Ev) * es);
     /* D[i] = sum_e dO[i,e] O[i,e]: the rowsum(dP * P) of the softmax backward. */
     row_dots(dt, g->go, g->o, p->L, p->Ev, dsum);
+    if (p->weights)
+        return backward_kept(p, w, b, g, dsum, (const float *)q, (const float *)k,
+                             (const float *)v);
     for (int64_t r0 = 0; r0 < p->L; r0 += BR) {
         int64_t nr = p->L - r0 < BR ? p->L - r0 : BR;
         const char *qi = q + (size_t)(r0 * p->qrs) * es, *goi = g->go + (size_t)(r0 * p->Ev) * es;
@@ -799,7 +858,8 @@ static void plan_dropout(attn_plan *p, double dropout_p, uint64_t key)
 }
 
 /* node->inputs: q, k, v; saved[0]: an alias of the output, saved[1]: the
- * logsumexp [nb * L] (float64), saved[2]: the mask or NULL; args[0]: the
+ * logsumexp [nb * L] (float64), saved[2]: the mask or NULL, saved[3]: the
+ * weights of a short problem (keeps_weights) or NULL, rows of wld; args[0]: the
  * scale, args[1]: the dropout probability; iargs[0]: is_causal, iargs[1]:
  * the dropout key. */
 static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
@@ -829,6 +889,8 @@ static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
     }
     if (ok) {
         plan_data(&p, q, k, v);
+        p.weights = n->saved[3] ? tg__ptr(n->saved[3]) : NULL;
+        p.wld = (key_end(&p, p.L) + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
         grad_slices gs = {tg__ptr(go), tg__ptr(o), tg__ptr(lse), d[0] ? tg__ptr(d[0]) : NULL,
                           d[1] ? tg__ptr(d[1]) : NULL, d[2] ? tg__ptr(d[2]) : NULL};
         ok = backward_all(&p, &gs) == 0;
@@ -913,6 +975,12 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
     tg_tensor *out = new_output(&p, shape);                             /* [..., L, Ev] */
     tg_tensor *lse = tg__empty(TG_FLOAT64, 1, (int64_t[]){p.nb * p.L}); /* [nb * L] */
     tg_tensor *qc = readable(q), *kc = readable(k), *vc = readable(v);
+    tg_tensor *weights = NULL; /* [nb * L * wld], for a backward to come */
+    if (keeps_weights(&p) && tg__needs_grad(3, (const tg_tensor *[]){q, k, v})) {
+        p.wld = (key_end(&p, p.L) + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
+        weights = tg__empty_uninit(TG_FLOAT32, 1, (int64_t[]){p.nb * p.L * p.wld});
+        p.weights = weights ? tg__ptr(weights) : NULL; /* without them: recomputed */
+    }
     bool ok = out && lse && qc && kc && vc;
     if (ok) {
         plan_data(&p, qc, kc, vc);
@@ -920,7 +988,7 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
     }
     tg_release(qc), tg_release(kc), tg_release(vc);
     if (!ok) {
-        tg_release(out), tg_release(lse);
+        tg_release(out), tg_release(lse), tg_release(weights);
         tg__take_nomem();
         return tg__fail(TG_ERR_NOMEM, "tg_attention: out of memory for q %s, k %s, v %s",
                         TG_SHAPE_STR(q), TG_SHAPE_STR(k), TG_SHAPE_STR(v));
@@ -934,11 +1002,13 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
         tg_release(alias);
         tg__save(node, 1, lse);
         tg__save(node, 2, (tg_tensor *)mask);
+        tg__save(node, 3, weights);
         node->args[0] = p.scale;
         node->args[1] = dropout_p;
         node->iargs[0] = is_causal;
         node->iargs[1] = (int64_t)p.key;
     }
     tg_release(lse);
+    tg_release(weights);
     return out;
 }
