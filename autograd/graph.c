@@ -453,7 +453,10 @@ static int accumulate(tg_tensor *input, tg_tensor *g)
 {
     if (!input->node) {
         if (!input->grad) {
-            input->grad = tg__convert(g, input->dtype); /* a copy nobody else sees */
+            /* g itself when only the open scope holds it (a weight's
+             * gradient, just made), else a copy nobody else sees */
+            input->grad = g->dtype == input->dtype && adoptable(g) ? tg_retain(g)
+                                                                   : tg__convert(g, input->dtype);
             return input->grad ? 0 : -1;
         }
         tg__add_into(input->grad, g);
