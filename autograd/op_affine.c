@@ -183,11 +183,15 @@ static tg__unary_kind gelu_of(int64_t kind)
     return kind == TG_GELU_TANH ? TG_UN_GELU_TANH : TG_UN_GELU_ERF;
 }
 
-/* Rows of h per block in the backward below: about 4 MiB of them. */
-static int64_t block_rows(int64_t in, size_t es)
+/* Rows of h per block in the backward below: at most about 4 MiB of them,
+ * the rows shared evenly between the blocks (2048 rows of 1536 floats go
+ * as 4 x 512, not 3 x 682 and a block of 2 whose products are thin). */
+static int64_t block_rows(int64_t rows, int64_t in, size_t es)
 {
     int64_t r = (int64_t)((4u << 20) / ((size_t)(in > 0 ? in : 1) * es));
-    return r > 0 ? r : 1;
+    r = r > 0 ? r : 1;
+    int64_t blocks = rows > 0 ? (rows + r - 1) / r : 1;
+    return (rows + blocks - 1) / blocks > 0 ? (rows + blocks - 1) / blocks : 1;
 }
 
 /* Rows [r0, r0 + nr) of the contiguous [rows, in] data behind t, a view. */
@@ -248,7 +252,7 @@ static int gelu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grad
     tg_tensor *hc = tg__contiguous(n->inputs[0]), *gc = tg__contiguous(g);
     tg_tensor *wc = n->needs[0] ? tg__contiguous(w) : NULL;
     tg_tensor *dh = n->needs[0] && hc ? tg__empty_uninit_like(hc) : NULL; /* all written */
-    int64_t rows = hc ? tg__numel(hc->ndim - 1, hc->shape) : 0, step = block_rows(in, es);
+    int64_t rows = hc ? tg__numel(hc->ndim - 1, hc->shape) : 0, step = block_rows(rows, in, es);
     /* the first block writes dw; with no rows it is 0 */
     tg_tensor *dw = !n->needs[1] ? NULL
                     : rows   ? tg__empty_uninit_like(w)

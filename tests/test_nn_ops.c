@@ -254,8 +254,9 @@ static tg_tensor *gelu_affine_two_ways(tg_tensor *const *in, bool fused, int var
 }
 
 /* tg_gelu_affine against tg_affine(tg_gelu(...)) in float64 with h
- * [3, 700, 256]: 2100 rows, two of backward's blocks of rows (about 4 MiB
- * each), the last one partial. Same output and gradients, both GELUs. */
+ * [3, 700, 256]: 2100 rows, more than one of backward's blocks of rows
+ * (at most about 4 MiB each) holds, so two blocks of 1050. Same output and
+ * gradients, both GELUs. */
 START_TEST(gelu_affine_matches_the_two_ops_it_fuses_over_several_blocks)
 {
     tg_rng *rng = tg_rng_new(9);
