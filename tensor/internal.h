@@ -132,51 +132,47 @@ int tg__check_float(const char *fn, const tg_tensor *t);
  * core from OpenBLAS, so only work worth it gets a region. */
 #define TG_PAR_MIN 32768
 
-/* Runs BODY once per TG_PAR_MIN-element block of [0, n), with lo and len
- * naming the block: on the calling thread when there is one block, else the
- * blocks shared out to the OpenMP team in order (static partitioning), so
- * elementwise work gives the same result on any thread count. */
-#define TG_FOR_BLOCKS(n, lo, len, BODY)                                       \
-    do {                                                                      \
-        int64_t blocks_ = ((n) + TG_PAR_MIN - 1) / TG_PAR_MIN;                \
-        if (blocks_ <= 1) {                                                   \
-            int64_t lo = 0, len = (n);                                        \
-            BODY;                                                             \
-        } else {                                                              \
-            _Pragma("omp parallel for schedule(static)")                      \
-            for (int64_t b_ = 0; b_ < blocks_; b_++) {                        \
-                int64_t lo = b_ * TG_PAR_MIN;                                 \
-                int64_t len = (n) - lo < TG_PAR_MIN ? (n) - lo : TG_PAR_MIN;  \
-                BODY;                                                         \
-            }                                                                 \
-        }                                                                     \
-    } while (0)
-
 /* The team size a parallel loop started here would get: OpenMP's limit,
  * or 1 inside a parallel region (regions never nest) or without OpenMP. */
 int tg__threads_free(void);
 
-/* Runs BODY over row ranges [r0, r1) of rows rows, each costing about
- * row_cost simple element operations (an add is 1, an exp about 8): in one
- * piece below TG_ROWS_PAR_MIN of them, else one contiguous range per
- * thread, the first rows to the first thread, as the narrow GEMM splits
- * its rows, so that a buffer's halves tend to stay with one core. */
-#define TG_ROWS_PAR_MIN 8192
-#define TG_FOR_ROWS(rows, row_cost, r0, r1, BODY)                                  \
+/* Runs the body (the last argument) over ranges [r0, r1) of [0, count):
+ * in one piece when work is below min_work, else one contiguous range per
+ * thread, the first to the first thread (static partitioning). Ops that
+ * split their rows this way, as the narrow GEMM does too, tend to find
+ * each half of a buffer in the cache of the core that wrote it. */
+#define TG_FOR_SPLIT(count, work, min_work, r0, r1, ...)                      \
     do {                                                                      \
-        int64_t parts_ = (rows) * (row_cost) < TG_ROWS_PAR_MIN ? 1 : tg__threads_free(); \
-        parts_ = parts_ < (rows) ? parts_ : (rows);                           \
+        int64_t parts_ = (work) < (min_work) ? 1 : tg__threads_free();        \
+        parts_ = parts_ < (count) ? parts_ : (count);                         \
         if (parts_ <= 1) {                                                    \
-            int64_t r0 = 0, r1 = (rows);                                      \
-            BODY;                                                             \
+            int64_t r0 = 0, r1 = (count);                                     \
+            __VA_ARGS__;                                                      \
         } else {                                                              \
             _Pragma("omp parallel for num_threads(parts_) schedule(static)")  \
             for (int64_t q_ = 0; q_ < parts_; q_++) {                         \
-                int64_t r0 = (rows) * q_ / parts_, r1 = (rows) * (q_ + 1) / parts_; \
-                BODY;                                                         \
+                int64_t r0 = (count) * q_ / parts_;                           \
+                int64_t r1 = (count) * (q_ + 1) / parts_;                     \
+                __VA_ARGS__;                                                  \
             }                                                                 \
         }                                                                     \
     } while (0)
+
+/* Elementwise work over [0, n): the body with lo and len naming each
+ * thread's span, on the team above TG_PAR_MIN elements. Each element's
+ * result is its own, so any thread count gives the same result. */
+#define TG_FOR_BLOCKS(n, lo, len, ...)                                        \
+    TG_FOR_SPLIT(n, n, TG_PAR_MIN + 1, lo, hi_, {                             \
+        int64_t len = hi_ - lo;                                               \
+        __VA_ARGS__;                                                          \
+    })
+
+/* Rows [r0, r1) of rows rows, each costing about row_cost simple element
+ * operations (an add is 1, an exp about 8), on the team from
+ * TG_ROWS_PAR_MIN of them. */
+#define TG_ROWS_PAR_MIN 8192
+#define TG_FOR_ROWS(rows, row_cost, r0, r1, ...)                              \
+    TG_FOR_SPLIT(rows, (rows) * (row_cost), TG_ROWS_PAR_MIN, r0, r1, __VA_ARGS__)
 
 /* Per-thread state that ops touch on every call: initial-exec TLS is one
  * load where the shared library's default model calls __tls_get_addr. For

@@ -96,7 +96,7 @@ static inline float gelu_tanh_grad_f32(float x)
     } while (0)
 
 /* Contiguous float32: a loop per kind on one block, compiled per vector
- * width; TG_FOR_BLOCKS shares the blocks out. */
+ * width; TG_FOR_BLOCKS or TG_FOR_ROWS shares the spans out. */
 TG_VECTOR_CLONES
 static void binary_f32(tg__binary_kind kind, float *restrict o, const float *restrict a,
                        const float *restrict b, int64_t n)
