@@ -422,8 +422,8 @@ static void online_softmax_f32(scratch *w, int64_t nr, int64_t nc, int64_t ev)
 /* The whole softmax of such a tile t [nr, ldt] (ldt >= nc rounded up to
  * 16) when it holds every key its rows see: each row becomes its weights
  * (exps over their sum; zeros where every key is masked, and in the
- * padding) and lse[r] its logsumexp. In passes over all the rows, so that
- * one row's exps need not wait on the last row's sum. */
+ * padding) and lse[r] its logsumexp (unless lse is NULL). In passes over
+ * all the rows, so that one row's exps need not wait on the last row's sum. */
 TG_VECTOR_CLONES
 static void softmax_f32(float *t, int64_t ldt, int64_t nr, int64_t nc, double *sum,
                         double *lse)
@@ -434,7 +434,8 @@ static void softmax_f32(float *t, int64_t ldt, int64_t nr, int64_t nc, double *s
     for (int64_t r = 0; r < nr; r++) {
         if (mx[r] == -INFINITY) {
             memset(t + r * ldt, 0, (size_t)nc * sizeof *t);
-            lse[r] = -INFINITY;
+            if (lse)
+                lse[r] = -INFINITY;
             continue;
         }
         sum[r] = padded_row_exp(t + r * ldt, nc, mx[r]);
@@ -445,7 +446,8 @@ static void softmax_f32(float *t, int64_t ldt, int64_t nr, int64_t nc, double *s
         float *row = t + r * ldt, inv = (float)(1.0 / sum[r]);
         for (int64_t c = 0; c < nc; c++)
             row[c] *= inv;
-        lse[r] = mx[r] + log(sum[r]);
+        if (lse)
+            lse[r] = mx[r] + log(sum[r]);
     }
 }
 
@@ -482,7 +484,8 @@ static int forward_one_tile_f32(const attn_plan *p, scratch *w, int64_t b, int64
     int64_t ldt = p->weights ? p->wld : BC;
     if (score_rows(p, b, r0, nr, 0, nc, t, ldt) < 0)
         return -1;
-    softmax_f32(t, ldt, nr, nc, w->l, lse + b * p->L + r0);
+    /* kept weights make the backward's logsumexp unneeded */
+    softmax_f32(t, ldt, nr, nc, w->l, p->weights ? NULL : lse + b * p->L + r0);
     const float *v = (const float *)p->v + batch_off(p, p->vb, b);
     int64_t ldo = nr > 1 ? out_row(p, b, r0 + 1) - out_row(p, b, r0) : p->Ev;
     /* row i's weights end at key r0 + i on the diagonal */
@@ -634,11 +637,27 @@ static void row_dots(tg_dtype dt, const void *x, const void *y, int64_t rows, in
         dsum[i] = row_dot(dt, (const char *)x + i * row, (const char *)y + i * row, n);
 }
 
+/* dS = P (dPd - D) for rows of kept weights P (ldp apart) and dPd in the
+ * scratch tile, with D[i] = sum_j P[i, j] dPd[i, j], the rowsum(dP * P) of
+ * the softmax backward, taken over the row's nc keys rather than the Ev
+ * columns of dO * O. */
+TG_VECTOR_CLONES
+static void kept_grad_rows(const float *P, int64_t ldp, const float *dpd, float *ds, int64_t nr,
+                           int64_t nc)
+{
+    for (int64_t r = 0; r < nr; r++) {
+        const float *pr = P + r * ldp, *dr = dpd + r * BC;
+        float d = (float)row_dot(TG_FLOAT32, pr, dr, nc);
+        for (int64_t c = 0; c < nc; c++)
+            ds[r * BC + c] = pr[c] * (dr[c] - d);
+    }
+}
+
 /* backward_batch's products when the forward kept the weights P [L, wld]
  * of batch b (one tile): dPd = dO V^T, dS = P (dPd - D), and the three
- * gradients from P and dS, with nothing recomputed. */
+ * gradients from P and dS, with nothing recomputed and no need of O. */
 static int backward_kept(const attn_plan *p, scratch *w, int64_t b, const grad_slices *g,
-                         const double *dsum, const float *q, const float *k, const float *v)
+                         const float *q, const float *k, const float *v)
 {
     int64_t nr = p->L, nc = key_end(p, p->L), S = p->wld;
     const float *P = p->weights + b * p->L * S;
@@ -646,11 +665,7 @@ static int backward_kept(const attn_plan *p, scratch *w, int64_t b, const grad_s
     if (tg__sgemm_builtin(false, true, nr, nc, p->Ev, 1.0f, (const float *)g->go, p->Ev, v,
                           p->vrs, 0.0f, dpd, BC) < 0)
         return -1;
-    for (int64_t r = 0; r < nr; r++) {
-        float d = (float)dsum[r];
-        for (int64_t c = 0; c < nc; c++)
-            ds[r * BC + c] = P[r * S + c] * (dpd[r * BC + c] - d);
-    }
+    kept_grad_rows(P, S, dpd, ds, nr, nc);
     bool diag = on_diagonal(p, 0, 0, nc);
     int rc = 0;
     if (g->dv)
@@ -680,11 +695,10 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
         memset(g->dk, 0, (size_t)(p->S * p->E) * es);
     if (g->dv)
         memset(g->dv, 0, (size_t)(p->S * p->Ev) * es);
+    if (p->weights)
+        return backward_kept(p, w, b, g, (const float *)q, (const float *)k, (const float *)v);
     /* D[i] = sum_e dO[i,e] O[i,e]: the rowsum(dP * P) of the softmax backward. */
     row_dots(dt, g->go, g->o, p->L, p->Ev, dsum);
-    if (p->weights)
-        return backward_kept(p, w, b, g, dsum, (const float *)q, (const float *)k,
-                             (const float *)v);
     for (int64_t r0 = 0; r0 < p->L; r0 += BR) {
         int64_t nr = p->L - r0 < BR ? p->L - r0 : BR;
         const char *qi = q + (size_t)(r0 * p->qrs) * es, *goi = g->go + (size_t)(r0 * p->Ev) * es;
@@ -734,7 +748,8 @@ static int backward_all(const attn_plan *p, const grad_slices *g)
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < p->nb; b++) {
             grad_slices gb = {
-                g->go + (size_t)(b * p->L * p->Ev) * es, g->o + (size_t)(b * p->L * p->Ev) * es,
+                g->go + (size_t)(b * p->L * p->Ev) * es,
+                g->o ? g->o + (size_t)(b * p->L * p->Ev) * es : NULL,
                 g->lse + b * p->L, g->dq ? g->dq + (size_t)(b * p->L * p->E) * es : NULL,
                 g->dk ? g->dk + (size_t)(b * p->S * p->E) * es : NULL,
                 g->dv ? g->dv + (size_t)(b * p->S * p->Ev) * es : NULL};
@@ -858,8 +873,9 @@ static void plan_dropout(attn_plan *p, double dropout_p, uint64_t key)
 }
 
 /* node->inputs: q, k, v; saved[0]: an alias of the output, saved[1]: the
- * logsumexp [nb * L] (float64), saved[2]: the mask or NULL, saved[3]: the
- * weights of a short problem (keeps_weights) or NULL, rows of wld; args[0]: the
+ * logsumexp [nb * L] (float64; not filled in when the weights are kept),
+ * saved[2]: the mask or NULL, saved[3]: the weights of a short problem
+ * (keeps_weights) or NULL, rows of wld; args[0]: the
  * scale, args[1]: the dropout probability; iargs[0]: is_causal, iargs[1]:
  * the dropout key. */
 static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
@@ -874,13 +890,15 @@ static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
     if (plan_shapes(&p, n->inputs[0], n->inputs[1], n->inputs[2], n->saved[2]) < 0)
         return -1;
     tg_tensor *q = readable(n->inputs[0]), *k = readable(n->inputs[1]);
-    tg_tensor *v = readable(n->inputs[2]), *go = tg__contiguous(g), *o = tg__contiguous(out);
+    /* with the weights kept, O is not read (a heads output would be copied) */
+    tg_tensor *v = readable(n->inputs[2]), *go = tg__contiguous(g);
+    tg_tensor *o = n->saved[3] ? NULL : tg__contiguous(out);
     /* Gradients over the broadcast batch shape; the engine sums them back. */
     int64_t shape[TG_MAX_DIMS];
     memcpy(shape, p.bshape, sizeof shape);
     tg_tensor *d[3] = {NULL, NULL, NULL};
     int64_t rows[3] = {p.L, p.S, p.S}, cols[3] = {p.E, p.E, p.Ev};
-    bool ok = q && k && v && go && o;
+    bool ok = q && k && v && go && (o || n->saved[3]);
     for (int i = 0; i < 3 && ok; i++) {
         if (!n->needs[i])
             continue;
@@ -891,7 +909,7 @@ static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
         plan_data(&p, q, k, v);
         p.weights = n->saved[3] ? tg__ptr(n->saved[3]) : NULL;
         p.wld = (key_end(&p, p.L) + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
-        grad_slices gs = {tg__ptr(go), tg__ptr(o), tg__ptr(lse), d[0] ? tg__ptr(d[0]) : NULL,
+        grad_slices gs = {tg__ptr(go), o ? tg__ptr(o) : NULL, tg__ptr(lse), d[0] ? tg__ptr(d[0]) : NULL,
                           d[1] ? tg__ptr(d[1]) : NULL, d[2] ? tg__ptr(d[2]) : NULL};
         ok = backward_all(&p, &gs) == 0;
         if (!ok)
