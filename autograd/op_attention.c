@@ -875,9 +875,8 @@ static void plan_dropout(attn_plan *p, double dropout_p, uint64_t key)
 /* node->inputs: q, k, v; saved[0]: an alias of the output, saved[1]: the
  * logsumexp [nb * L] (float64; not filled in when the weights are kept),
  * saved[2]: the mask or NULL, saved[3]: the weights of a short problem
- * (keeps_weights) or NULL, rows of wld; args[0]: the
- * scale, args[1]: the dropout probability; iargs[0]: is_causal, iargs[1]:
- * the dropout key. */
+ * (keeps_weights) or NULL, rows of wld; args[0]: the scale, args[1]: the
+ * dropout probability; iargs[0]: is_causal, iargs[1]: the dropout key. */
 static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 {
     attn_plan p = {.dtype = n->inputs[0]->dtype, .scale = n->args[0], .causal = n->iargs[0] != 0};
