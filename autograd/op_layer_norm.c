@@ -96,7 +96,7 @@ static void forward_row(void *out, double *mean, double *rstd, const void *x, co
  * summed in double over 8 lanes in a fixed order, so the loops vectorise
  * without Welford's division per element and the result does not depend on
  * the vector width. */
-#define LN_LANES 8
+#define LN_LANES TG_DLANES
 static inline double sum_f32(const float *x, int64_t d, double shift, bool squares)
 {
     double acc[LN_LANES] = {0};
@@ -238,9 +238,6 @@ static void param_cols(double *dw_acc, double *db_acc, const void *g, const void
 /* Columns per chunk of the parameter sums: a cache line or more of each row. */
 #define LN_COLS 64
 
-typedef double ln_dlanes __attribute__((vector_size(LN_LANES * sizeof(double))));
-typedef float ln_flanes __attribute__((vector_size(LN_LANES * sizeof(float))));
-
 /* param_cols for float32 on a chunk of exactly LN_COLS columns from i0, both
  * sums wanted: the chunk's sums stay in vector accumulators over all the
  * rows, each column's rows added in order as above, in the same arithmetic. */
@@ -250,7 +247,7 @@ static void param_cols_f32(double *dw_acc, double *db_acc, const float *g, const
                            int64_t i0)
 {
     enum { NV = LN_COLS / LN_LANES };
-    ln_dlanes aw[NV], ab[NV];
+    tg__dlanes aw[NV], ab[NV];
     for (int v = 0; v < NV; v++) {
         memcpy(&aw[v], dw_acc + i0 + v * LN_LANES, sizeof aw[v]);
         memcpy(&ab[v], db_acc + i0 + v * LN_LANES, sizeof ab[v]);
@@ -259,11 +256,11 @@ static void param_cols_f32(double *dw_acc, double *db_acc, const float *g, const
         const float *gr = g + r * d + i0, *xr = x + r * d + i0;
         double m = mean[r], s = rstd[r];
         for (int v = 0; v < NV; v++) {
-            ln_flanes gf, xf;
+            tg__flanes gf, xf;
             memcpy(&gf, gr + v * LN_LANES, sizeof gf);
             memcpy(&xf, xr + v * LN_LANES, sizeof xf);
-            ln_dlanes gv = __builtin_convertvector(gf, ln_dlanes);
-            ln_dlanes xv = __builtin_convertvector(xf, ln_dlanes);
+            tg__dlanes gv = __builtin_convertvector(gf, tg__dlanes);
+            tg__dlanes xv = __builtin_convertvector(xf, tg__dlanes);
             aw[v] += gv * (xv - m) * s;
             ab[v] += gv;
         }

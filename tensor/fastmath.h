@@ -26,6 +26,13 @@
 #define TG_VECTOR_CLONES
 #endif
 
+/* Eight double lanes and the eight floats they widen from: kernels that
+ * sum float32 in double (column sums, layer_norm's parameter sums,
+ * attention's rows) keep their running sums in them, in registers. */
+#define TG_DLANES 8
+typedef double tg__dlanes __attribute__((vector_size(TG_DLANES * sizeof(double))));
+typedef float tg__flanes __attribute__((vector_size(TG_DLANES * sizeof(float))));
+
 /* e^x: x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor series to r^7
  * (truncation below 6e-9, a tenth of float's epsilon), times 2^n built in
  * the exponent bits. Below -87.34, where e^x is subnormal, it gives 0; above

@@ -29,11 +29,8 @@
  * so any thread count gives the same sums. */
 #define SUM_COLS 64
 
-/* Eight double lanes: a float32 block of SUM_COLS columns is summed in
- * SUM_COLS / 8 of them, held in registers over all the rows. */
-#define SUM_LANES 8
-typedef double sum_dlanes __attribute__((vector_size(SUM_LANES * sizeof(double))));
-typedef float sum_flanes __attribute__((vector_size(SUM_LANES * sizeof(float))));
+/* A float32 block of SUM_COLS columns is summed in SUM_COLS / 8 double
+ * lanes (fastmath.h), held in registers over all the rows. */
 
 /* acc[j] (double, zeroed) += x[r * cols + j] for j in [j0, j1), every row in
  * order: whole blocks of SUM_COLS columns in vector accumulators, the
@@ -42,22 +39,22 @@ TG_VECTOR_CLONES
 static void sum_leading_float(const float *x, int64_t rows, int64_t cols, int64_t j0,
                               int64_t j1, double *acc)
 {
-    enum { NV = SUM_COLS / SUM_LANES };
+    enum { NV = SUM_COLS / TG_DLANES };
     int64_t j = j0;
     for (; j + SUM_COLS <= j1; j += SUM_COLS) {
-        sum_dlanes a[NV];
+        tg__dlanes a[NV];
         for (int v = 0; v < NV; v++)
-            memcpy(&a[v], acc + j + v * SUM_LANES, sizeof a[v]);
+            memcpy(&a[v], acc + j + v * TG_DLANES, sizeof a[v]);
         for (int64_t r = 0; r < rows; r++) {
             const float *row = x + r * cols + j;
             for (int v = 0; v < NV; v++) {
-                sum_flanes f;
-                memcpy(&f, row + v * SUM_LANES, sizeof f);
-                a[v] += __builtin_convertvector(f, sum_dlanes);
+                tg__flanes f;
+                memcpy(&f, row + v * TG_DLANES, sizeof f);
+                a[v] += __builtin_convertvector(f, tg__dlanes);
             }
         }
         for (int v = 0; v < NV; v++)
-            memcpy(acc + j + v * SUM_LANES, &a[v], sizeof a[v]);
+            memcpy(acc + j + v * TG_DLANES, &a[v], sizeof a[v]);
     }
     if (j == j1)
         return;
