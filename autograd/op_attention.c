@@ -2,7 +2,9 @@
  * computed block by block with an online softmax (FlashAttention style), so
  * neither pass holds more than a [BR, BC] tile of scores; backward recomputes
  * the tiles from q, k and the per-row logsumexp saved by the forward, and the
- * dropout mask from its key. */
+ * dropout mask from its key. A short problem, one tile per batch, keeps its
+ * weights instead. The row arithmetic on a tile is attention_rows.c's. */
+#include "attention_rows.h"
 #include "dropout_mask.h"
 #include "fastmath.h"
 #include "gemm.h"
@@ -12,8 +14,8 @@
 #include <string.h>
 
 /* Tile sizes: BR query rows by BC keys. A [BR, BC] float tile is 16 KiB. */
-#define BR 64
-#define BC 64
+#define BR TG_ATTN_TILE
+#define BC TG_ATTN_TILE
 /* Multiply-adds below which one thread does everything: about a
  * microsecond of work, on the order of what starting a team costs. */
 #define PAR_MIN (32.0 * 32.0 * 64.0)
@@ -58,93 +60,6 @@ static int64_t batch_off(const attn_plan *p, const int64_t *stride, int64_t b)
 static size_t esize(const attn_plan *p)
 {
     return tg_dtype_size(p->dtype);
-}
-
-/* Row reductions in eight double lanes, summed lane-wise and then halved
- * down to one in a fixed order: they vectorise where one running scalar
- * would wait on each add in turn, and give the same bits on every vector
- * width and thread count. */
-#define DLANES 8
-typedef double dlanes __attribute__((vector_size(DLANES * sizeof(double))));
-typedef int64_t dlanes_bits __attribute__((vector_size(DLANES * sizeof(int64_t))));
-typedef float flanes __attribute__((vector_size(DLANES * sizeof(float))));
-typedef int32_t flanes_bits __attribute__((vector_size(DLANES * sizeof(int32_t))));
-
-static inline double dlanes_sum(dlanes v)
-{
-    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-}
-
-/* The largest of init and s[0..n) (s of dtype); NaNs are passed over, as
- * `>` does. float32 rows compare in float, which is exact. */
-TG_VECTOR_CLONES
-static double row_max(tg_dtype dtype, const void *s, int64_t n, double init)
-{
-    double mx = init;
-    int64_t c = 0;
-    if (dtype == TG_FLOAT32) {
-        const float *sf = s;
-        float fi = (float)init; /* init is -inf or a float32 score */
-        flanes m = {fi, fi, fi, fi, fi, fi, fi, fi};
-        for (; c + DLANES <= n; c += DLANES) {
-            flanes v;
-            memcpy(&v, sf + c, sizeof v);
-            flanes_bits gt = v > m;
-            m = (flanes)(((flanes_bits)v & gt) | ((flanes_bits)m & ~gt));
-        }
-        for (int l = 0; l < DLANES; l++)
-            mx = m[l] > mx ? m[l] : mx;
-        for (; c < n; c++)
-            mx = sf[c] > mx ? sf[c] : mx;
-        return mx;
-    }
-    const double *sd = s;
-    dlanes m = {init, init, init, init, init, init, init, init};
-    for (; c + DLANES <= n; c += DLANES) {
-        dlanes v;
-        memcpy(&v, sd + c, sizeof v);
-        dlanes_bits gt = v > m;
-        m = (dlanes)(((dlanes_bits)v & gt) | ((dlanes_bits)m & ~gt));
-    }
-    for (int l = 0; l < DLANES; l++)
-        mx = m[l] > mx ? m[l] : mx;
-    for (; c < n; c++)
-        mx = sd[c] > mx ? sd[c] : mx;
-    return mx;
-}
-
-/* sum_c x[c] * (y ? y[c] : 1) over c < n, in double, for x and y of dtype.
- * Inlined into its callers, which are compiled per vector width: a call per
- * row of 16 keys cost more than the row. */
-static inline __attribute__((always_inline)) double row_dot(tg_dtype dtype, const void *x, const void *y, int64_t n)
-{
-    dlanes acc = {0};
-    double tail = 0;
-    int64_t c = 0;
-    if (dtype == TG_FLOAT32) {
-        const float *a = x, *b = y;
-        for (; c + DLANES <= n; c += DLANES) {
-            flanes fa, fb = {1, 1, 1, 1, 1, 1, 1, 1};
-            memcpy(&fa, a + c, sizeof fa);
-            if (b)
-                memcpy(&fb, b + c, sizeof fb);
-            acc += __builtin_convertvector(fa, dlanes) * __builtin_convertvector(fb, dlanes);
-        }
-        for (; c < n; c++)
-            tail += (double)a[c] * (b ? b[c] : 1);
-    } else {
-        const double *a = x, *b = y;
-        for (; c + DLANES <= n; c += DLANES) {
-            dlanes da, db = {1, 1, 1, 1, 1, 1, 1, 1};
-            memcpy(&da, a + c, sizeof da);
-            if (b)
-                memcpy(&db, b + c, sizeof db);
-            acc += da * db;
-        }
-        for (; c < n; c++)
-            tail += a[c] * (b ? b[c] : 1);
-    }
-    return dlanes_sum(acc) + tail;
 }
 
 /* The last key block a query block [r0, r1) looks at ends here. */
@@ -278,46 +193,12 @@ static void scratch_free(scratch *w)
 
 /* ---- forward ------------------------------------------------------------- */
 
-/* t[c] = exp(t[c] - shift) for c < nc, in place in the dtype; returns their
- * sum (row_dot's order). The difference is taken in double; float32 tiles
- * then use the vectorised float exp: the tile feeds a float32 GEMM anyway. */
-TG_VECTOR_CLONES
-static double exp_row(tg_dtype dtype, void *t, double shift, int64_t nc)
-{
-    if (dtype == TG_FLOAT32) {
-        float *d = t;
-        for (int64_t c = 0; c < nc; c++)
-            d[c] = tg__expf((float)((double)d[c] - shift));
-        return row_dot(dtype, d, NULL, nc);
-    }
-    double *d = t;
-    for (int64_t c = 0; c < nc; c++)
-        d[c] = exp(d[c] - shift);
-    return row_dot(dtype, d, NULL, nc);
-}
-
 /* Row i of batch b's weights, keys j0.. (nc of them, at t): dropout's mask
  * applied in place. */
 static void drop_weights(const attn_plan *p, int64_t b, int64_t i, int64_t j0, void *t,
                          int64_t nc)
 {
     tg__drop_span(p->dtype, p->key, p->drop_below, p->keep, (b * p->L + i) * p->S + j0, nc, t, t);
-}
-
-/* dst[0..n) = f * src[0..n), both in dtype (they may be the same span). */
-static void scaled_copy(tg_dtype dtype, void *dst, const void *src, int64_t n, double f)
-{
-    if (dtype == TG_FLOAT32) {
-        float *d = dst, ff = (float)f;
-        const float *x = src;
-        for (int64_t i = 0; i < n; i++)
-            d[i] = ff * x[i];
-    } else {
-        double *d = dst;
-        const double *x = src;
-        for (int64_t i = 0; i < n; i++)
-            d[i] = f * x[i];
-    }
 }
 
 /* Online softmax over one score tile (rows r0.., keys j0.. of batch b): for
@@ -329,13 +210,13 @@ static void online_softmax(const attn_plan *p, scratch *w, int64_t b, int64_t r0
 {
     for (int64_t r = 0; r < nr; r++) {
         char *t = (char *)w->t + (size_t)(r * BC) * esize(p);
-        double mx = row_max(p->dtype, t, nc, w->m[r]);
+        double mx = tg__attn_row_max(p->dtype, t, nc, w->m[r]);
         if (mx == -INFINITY) { /* nothing seen yet in this row: add nothing */
             for (int64_t c = 0; c < nc; c++)
                 store(p->dtype, t, c, 0);
             continue;
         }
-        double alpha = exp(w->m[r] - mx), sum = exp_row(p->dtype, t, mx, nc);
+        double alpha = exp(w->m[r] - mx), sum = tg__attn_exp_row(p->dtype, t, mx, nc);
         if (p->dropout)
             drop_weights(p, b, r0 + r, j0, t, nc);
         bool first = w->m[r] == -INFINITY; /* the accumulator is still zero */
@@ -343,111 +224,8 @@ static void online_softmax(const attn_plan *p, scratch *w, int64_t b, int64_t r0
         w->m[r] = mx;
         if (alpha != 1 && !first) {
             char *row = (char *)w->acc + (size_t)(r * p->Ev) * esize(p);
-            scaled_copy(p->dtype, row, row, p->Ev, alpha);
+            tg__attn_scaled_copy(p->dtype, row, row, p->Ev, alpha);
         }
-    }
-}
-
-/* float32 score rows without dropout, in calls compiled per vector width.
- * Each row is padded with -inf to whole vectors of 16 (the tile's rows are
- * BC wide), so that its max, its exps and their sum run on whole vectors.
- * The max is exact in float, and so is s - max as float rounds it: the
- * same bits as the general path's difference taken in double. */
-#define ROW_PAD 16
-
-/* The largest of init and the row's nc scores, after padding the row. */
-static inline __attribute__((always_inline)) float padded_row_max(float *t, int64_t nc,
-                                                                  float init)
-{
-    int64_t padded = (nc + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
-    for (int64_t c = nc; c < padded; c++)
-        t[c] = -INFINITY;
-    typedef float pad_lanes __attribute__((vector_size(ROW_PAD * sizeof(float))));
-    typedef int32_t pad_bits __attribute__((vector_size(ROW_PAD * sizeof(int32_t))));
-    pad_lanes m;
-    for (int l = 0; l < ROW_PAD; l++)
-        m[l] = init;
-    for (int64_t c = 0; c < padded; c += ROW_PAD) { /* in lanes: `>` passes NaNs over */
-        pad_lanes v;
-        memcpy(&v, t + c, sizeof v);
-        pad_bits gt = v > m;
-        m = (pad_lanes)(((pad_bits)v & gt) | ((pad_bits)m & ~gt));
-    }
-    float mx = init;
-    for (int l = 0; l < ROW_PAD; l++)
-        mx = m[l] > mx ? m[l] : mx;
-    return mx;
-}
-
-/* t[c] = exp(t[c] - mx) over the padded row (the padding becomes 0); their
- * sum in double lanes. */
-static inline __attribute__((always_inline)) double padded_row_exp(float *t, int64_t nc, float mx)
-{
-    int64_t padded = (nc + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
-    for (int64_t c = 0; c < padded; c++)
-        t[c] = tg__expf(t[c] - mx);
-    dlanes acc = {0};
-    for (int64_t c = 0; c < padded; c += DLANES) {
-        flanes v;
-        memcpy(&v, t + c, sizeof v);
-        acc += __builtin_convertvector(v, dlanes);
-    }
-    return dlanes_sum(acc);
-}
-
-/* online_softmax for such a tile, every row in one call. */
-TG_VECTOR_CLONES
-static void online_softmax_f32(scratch *w, int64_t nr, int64_t nc, int64_t ev)
-{
-    for (int64_t r = 0; r < nr; r++) {
-        float *t = (float *)w->t + r * BC;
-        float mx = padded_row_max(t, nc, (float)w->m[r]); /* m: -inf or a float max */
-        if (mx == -INFINITY) { /* nothing seen yet in this row: add nothing */
-            memset(t, 0, (size_t)nc * sizeof *t);
-            continue;
-        }
-        double sum = padded_row_exp(t, nc, mx);
-        bool first = w->m[r] == -INFINITY; /* the accumulator is still zero */
-        double alpha = first ? 1 : exp(w->m[r] - mx);
-        w->l[r] = w->l[r] * alpha + sum;
-        w->m[r] = mx;
-        if (alpha != 1) {
-            float *row = (float *)w->acc + r * ev, fa = (float)alpha;
-            for (int64_t e = 0; e < ev; e++)
-                row[e] *= fa;
-        }
-    }
-}
-
-/* The whole softmax of such a tile t [nr, ldt] (ldt >= nc rounded up to
- * 16) when it holds every key its rows see: each row becomes its weights
- * (exps over their sum; zeros where every key is masked, and in the
- * padding) and lse[r] its logsumexp (unless lse is NULL). In passes over
- * all the rows, so that one row's exps need not wait on the last row's sum. */
-TG_VECTOR_CLONES
-static void softmax_f32(float *t, int64_t ldt, int64_t nr, int64_t nc, double *sum,
-                        double *lse)
-{
-    float mx[BR];
-    for (int64_t r = 0; r < nr; r++)
-        mx[r] = padded_row_max(t + r * ldt, nc, -INFINITY);
-    for (int64_t r = 0; r < nr; r++) {
-        if (mx[r] == -INFINITY) {
-            memset(t + r * ldt, 0, (size_t)nc * sizeof *t);
-            if (lse)
-                lse[r] = -INFINITY;
-            continue;
-        }
-        sum[r] = padded_row_exp(t + r * ldt, nc, mx[r]);
-    }
-    for (int64_t r = 0; r < nr; r++) {
-        if (mx[r] == -INFINITY)
-            continue;
-        float *row = t + r * ldt, inv = (float)(1.0 / sum[r]);
-        for (int64_t c = 0; c < nc; c++)
-            row[c] *= inv;
-        if (lse)
-            lse[r] = mx[r] + log(sum[r]);
     }
 }
 
@@ -473,6 +251,12 @@ static bool keeps_weights(const attn_plan *p)
            key_end(p, p->L) > 0 && key_end(p, p->L) <= BC;
 }
 
+/* The row stride of the kept weights: the keys rounded up to whole vectors. */
+static int64_t weights_ld(const attn_plan *p)
+{
+    return (key_end(p, p->L) + TG_ATTN_ROW_PAD - 1) / TG_ATTN_ROW_PAD * TG_ATTN_ROW_PAD;
+}
+
 /* forward_block for float32 without dropout when one tile holds every key
  * the rows see: the weights are normalised in the tile and multiply v
  * straight into the output, with no accumulator to rescale. */
@@ -485,7 +269,7 @@ static int forward_one_tile_f32(const attn_plan *p, scratch *w, int64_t b, int64
     if (score_rows(p, b, r0, nr, 0, nc, t, ldt) < 0)
         return -1;
     /* kept weights make the backward's logsumexp unneeded */
-    softmax_f32(t, ldt, nr, nc, w->l, p->weights ? NULL : lse + b * p->L + r0);
+    tg__attn_softmax_f32(t, ldt, nr, nc, w->l, p->weights ? NULL : lse + b * p->L + r0);
     const float *v = (const float *)p->v + batch_off(p, p->vb, b);
     int64_t ldo = nr > 1 ? out_row(p, b, r0 + 1) - out_row(p, b, r0) : p->Ev;
     /* row i's weights end at key r0 + i on the diagonal */
@@ -510,7 +294,7 @@ static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, 
         if (score_tile(p, b, r0, nr, j0, nc, w->t) < 0)
             return -1;
         if (p->dtype == TG_FLOAT32 && !p->dropout)
-            online_softmax_f32(w, nr, nc, p->Ev);
+            tg__attn_online_softmax_f32(w->t, BC, w->acc, w->m, w->l, nr, nc, p->Ev);
         else
             online_softmax(p, w, b, r0, j0, nr, nc);
         if (tile_product(p, on_diagonal(p, r0, j0, nc), false, nr, p->Ev, nc, 1.0, w->t, BC,
@@ -522,7 +306,7 @@ static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, 
     for (int64_t r = 0; r < nr; r++) {
         /* A row with every key masked has l = 0: zeros, as the softmax op gives. */
         double inv = w->l[r] > 0 ? 1.0 / w->l[r] : 0;
-        scaled_copy(p->dtype, out + (size_t)out_row(p, b, r0 + r) * es,
+        tg__attn_scaled_copy(p->dtype, out + (size_t)out_row(p, b, r0 + r) * es,
                     (const char *)w->acc + (size_t)(r * p->Ev) * es, p->Ev, inv);
         lse[row0 + r] = w->l[r] > 0 ? w->m[r] + log(w->l[r]) : -INFINITY;
     }
@@ -627,32 +411,6 @@ static void grad_tile(const attn_plan *p, scratch *w, const double *lse, const d
     }
 }
 
-/* dsum[i] = sum_e x[i, e] y[i, e] over rows of n, in double. */
-TG_VECTOR_CLONES
-static void row_dots(tg_dtype dt, const void *x, const void *y, int64_t rows, int64_t n,
-                     double *dsum)
-{
-    size_t row = (size_t)n * tg_dtype_size(dt);
-    for (int64_t i = 0; i < rows; i++)
-        dsum[i] = row_dot(dt, (const char *)x + i * row, (const char *)y + i * row, n);
-}
-
-/* dS = P (dPd - D) for rows of kept weights P (ldp apart) and dPd in the
- * scratch tile, with D[i] = sum_j P[i, j] dPd[i, j], the rowsum(dP * P) of
- * the softmax backward, taken over the row's nc keys rather than the Ev
- * columns of dO * O. */
-TG_VECTOR_CLONES
-static void kept_grad_rows(const float *P, int64_t ldp, const float *dpd, float *ds, int64_t nr,
-                           int64_t nc)
-{
-    for (int64_t r = 0; r < nr; r++) {
-        const float *pr = P + r * ldp, *dr = dpd + r * BC;
-        float d = (float)row_dot(TG_FLOAT32, pr, dr, nc);
-        for (int64_t c = 0; c < nc; c++)
-            ds[r * BC + c] = pr[c] * (dr[c] - d);
-    }
-}
-
 /* backward_batch's products when the forward kept the weights P [L, wld]
  * of batch b (one tile): dPd = dO V^T, dS = P (dPd - D), and the three
  * gradients from P and dS, with nothing recomputed and no need of O. */
@@ -665,7 +423,7 @@ static int backward_kept(const attn_plan *p, scratch *w, int64_t b, const grad_s
     if (tg__sgemm_builtin(false, true, nr, nc, p->Ev, 1.0f, (const float *)g->go, p->Ev, v,
                           p->vrs, 0.0f, dpd, BC) < 0)
         return -1;
-    kept_grad_rows(P, S, dpd, ds, nr, nc);
+    tg__attn_kept_ds(P, S, dpd, BC, ds, BC, nr, nc);
     bool diag = on_diagonal(p, 0, 0, nc);
     int rc = 0;
     if (g->dv)
@@ -698,7 +456,7 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
     if (p->weights)
         return backward_kept(p, w, b, g, (const float *)q, (const float *)k, (const float *)v);
     /* D[i] = sum_e dO[i,e] O[i,e]: the rowsum(dP * P) of the softmax backward. */
-    row_dots(dt, g->go, g->o, p->L, p->Ev, dsum);
+    tg__attn_row_dots(dt, g->go, g->o, p->L, p->Ev, dsum);
     for (int64_t r0 = 0; r0 < p->L; r0 += BR) {
         int64_t nr = p->L - r0 < BR ? p->L - r0 : BR;
         const char *qi = q + (size_t)(r0 * p->qrs) * es, *goi = g->go + (size_t)(r0 * p->Ev) * es;
@@ -907,7 +665,7 @@ static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
     if (ok) {
         plan_data(&p, q, k, v);
         p.weights = n->saved[3] ? tg__ptr(n->saved[3]) : NULL;
-        p.wld = (key_end(&p, p.L) + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
+        p.wld = weights_ld(&p);
         grad_slices gs = {tg__ptr(go), o ? tg__ptr(o) : NULL, tg__ptr(lse), d[0] ? tg__ptr(d[0]) : NULL,
                           d[1] ? tg__ptr(d[1]) : NULL, d[2] ? tg__ptr(d[2]) : NULL};
         ok = backward_all(&p, &gs) == 0;
@@ -994,7 +752,7 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
     tg_tensor *qc = readable(q), *kc = readable(k), *vc = readable(v);
     tg_tensor *weights = NULL; /* [nb * L * wld], for a backward to come */
     if (keeps_weights(&p) && tg__needs_grad(3, (const tg_tensor *[]){q, k, v})) {
-        p.wld = (key_end(&p, p.L) + ROW_PAD - 1) / ROW_PAD * ROW_PAD;
+        p.wld = weights_ld(&p);
         weights = tg__empty_uninit(TG_FLOAT32, 1, (int64_t[]){p.nb * p.L * p.wld});
         p.weights = weights ? tg__ptr(weights) : NULL; /* without them: recomputed */
     }

@@ -1,0 +1,236 @@
+/* The fused attention's row arithmetic (attention_rows.h). */
+#include "attention_rows.h"
+
+#include "fastmath.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+/* The lanes' sum halved down to one in a fixed order. */
+static inline double dlanes_sum(tg__dlanes v)
+{
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+/* The largest of init and s[0..n) for one element type T: TG_DLANES lanes
+ * of T (vector type L, same-width integer mask type B) keep the running
+ * maxima, selected by `>` so that NaNs are passed over; then the lanes and
+ * the tail in order. One macro for both types, as two loops: a single
+ * double-lane loop over both sent GCC 12 into an internal error. */
+#define ROW_MAX_OF(name, T, L, B)                                             \
+    static inline __attribute__((always_inline)) double name(const T *s, int64_t n, T init) \
+    {                                                                         \
+        L m;                                                                  \
+        for (int l = 0; l < TG_DLANES; l++)                                   \
+            m[l] = init;                                                      \
+        int64_t c = 0;                                                        \
+        for (; c + TG_DLANES <= n; c += TG_DLANES) {                          \
+            L v;                                                              \
+            memcpy(&v, s + c, sizeof v);                                      \
+            B gt = v > m;                                                     \
+            m = (L)(((B)v & gt) | ((B)m & ~gt));                              \
+        }                                                                     \
+        T mx = init;                                                          \
+        for (int l = 0; l < TG_DLANES; l++)                                   \
+            mx = m[l] > mx ? m[l] : mx;                                       \
+        for (; c < n; c++)                                                    \
+            mx = s[c] > mx ? s[c] : mx;                                       \
+        return mx;                                                            \
+    }
+typedef int32_t flanes_bits __attribute__((vector_size(TG_DLANES * sizeof(int32_t))));
+typedef int64_t dlanes_bits __attribute__((vector_size(TG_DLANES * sizeof(int64_t))));
+ROW_MAX_OF(row_max_f32, float, tg__flanes, flanes_bits)
+ROW_MAX_OF(row_max_f64, double, tg__dlanes, dlanes_bits)
+
+TG_VECTOR_CLONES
+double tg__attn_row_max(tg_dtype dtype, const void *s, int64_t n, double init)
+{
+    /* init is -inf or an earlier float32 max, so (float)init is exact */
+    return dtype == TG_FLOAT32 ? row_max_f32(s, n, (float)init) : row_max_f64(s, n, init);
+}
+
+/* sum_c a[c] * (b ? b[c] : 1) over c < n in double, for one element type
+ * T (TG_DLANES of them are the vector type L, widened to double by WIDEN):
+ * the lanes' sums halved down in order, then the tail. Inlined into its
+ * callers, which are compiled per vector width: a call per row of 16 keys
+ * cost more than the row. */
+#define ROW_DOT_OF(name, T, L, WIDEN)                                         \
+    static inline __attribute__((always_inline)) double name(const T *a, const T *b, int64_t n) \
+    {                                                                         \
+        tg__dlanes acc = {0};                                                 \
+        double tail = 0;                                                      \
+        int64_t c = 0;                                                        \
+        for (; c + TG_DLANES <= n; c += TG_DLANES) {                          \
+            L va, vb = {1, 1, 1, 1, 1, 1, 1, 1};                              \
+            memcpy(&va, a + c, sizeof va);                                    \
+            if (b)                                                            \
+                memcpy(&vb, b + c, sizeof vb);                                \
+            acc += WIDEN(va) * WIDEN(vb);                                     \
+        }                                                                     \
+        for (; c < n; c++)                                                    \
+            tail += (double)a[c] * (b ? b[c] : 1);                            \
+        return dlanes_sum(acc) + tail;                                        \
+    }
+#define WIDEN_FLOAT(v) __builtin_convertvector(v, tg__dlanes)
+#define WIDEN_NONE(v) (v)
+ROW_DOT_OF(row_dot_f32, float, tg__flanes, WIDEN_FLOAT)
+ROW_DOT_OF(row_dot_f64, double, tg__dlanes, WIDEN_NONE)
+
+/* row_dot_f32 or row_dot_f64 on x and y (or NULL) of dtype. */
+static inline __attribute__((always_inline)) double row_dot(tg_dtype dtype, const void *x,
+                                                            const void *y, int64_t n)
+{
+    return dtype == TG_FLOAT32 ? row_dot_f32(x, y, n) : row_dot_f64(x, y, n);
+}
+
+TG_VECTOR_CLONES
+double tg__attn_exp_row(tg_dtype dtype, void *t, double shift, int64_t nc)
+{
+    if (dtype == TG_FLOAT32) {
+        float *d = t;
+        for (int64_t c = 0; c < nc; c++)
+            d[c] = tg__expf((float)((double)d[c] - shift));
+        return row_dot(dtype, d, NULL, nc);
+    }
+    double *d = t;
+    for (int64_t c = 0; c < nc; c++)
+        d[c] = exp(d[c] - shift);
+    return row_dot(dtype, d, NULL, nc);
+}
+
+void tg__attn_scaled_copy(tg_dtype dtype, void *dst, const void *src, int64_t n, double f)
+{
+    if (dtype == TG_FLOAT32) {
+        float *d = dst, ff = (float)f;
+        const float *x = src;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = ff * x[i];
+    } else {
+        double *d = dst;
+        const double *x = src;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = f * x[i];
+    }
+}
+
+TG_VECTOR_CLONES
+void tg__attn_row_dots(tg_dtype dtype, const void *x, const void *y, int64_t rows, int64_t n,
+                       double *dsum)
+{
+    size_t row = (size_t)n * tg_dtype_size(dtype);
+    for (int64_t i = 0; i < rows; i++)
+        dsum[i] = row_dot(dtype, (const char *)x + i * row, (const char *)y + i * row, n);
+}
+
+/* ---- float32 tiles without dropout ------------------------------------------ */
+
+/* Each row is padded with -inf to whole vectors of TG_ATTN_ROW_PAD, so that
+ * its max, its exps and their sum run on whole vectors. The max is exact in
+ * float, and so is s - max as float rounds it: the same bits as the
+ * general path's difference taken in double. */
+
+/* The largest of init and the row's nc scores, after padding the row. */
+static inline __attribute__((always_inline)) float padded_row_max(float *t, int64_t nc,
+                                                                  float init)
+{
+    int64_t padded = (nc + TG_ATTN_ROW_PAD - 1) / TG_ATTN_ROW_PAD * TG_ATTN_ROW_PAD;
+    for (int64_t c = nc; c < padded; c++)
+        t[c] = -INFINITY;
+    typedef float pad_lanes __attribute__((vector_size(TG_ATTN_ROW_PAD * sizeof(float))));
+    typedef int32_t pad_bits __attribute__((vector_size(TG_ATTN_ROW_PAD * sizeof(int32_t))));
+    pad_lanes m;
+    for (int l = 0; l < TG_ATTN_ROW_PAD; l++)
+        m[l] = init;
+    for (int64_t c = 0; c < padded; c += TG_ATTN_ROW_PAD) { /* `>` passes NaNs over */
+        pad_lanes v;
+        memcpy(&v, t + c, sizeof v);
+        pad_bits gt = v > m;
+        m = (pad_lanes)(((pad_bits)v & gt) | ((pad_bits)m & ~gt));
+    }
+    float mx = init;
+    for (int l = 0; l < TG_ATTN_ROW_PAD; l++)
+        mx = m[l] > mx ? m[l] : mx;
+    return mx;
+}
+
+/* t[c] = exp(t[c] - mx) over the padded row (the padding becomes 0); their
+ * sum in double lanes. */
+static inline __attribute__((always_inline)) double padded_row_exp(float *t, int64_t nc, float mx)
+{
+    int64_t padded = (nc + TG_ATTN_ROW_PAD - 1) / TG_ATTN_ROW_PAD * TG_ATTN_ROW_PAD;
+    for (int64_t c = 0; c < padded; c++)
+        t[c] = tg__expf(t[c] - mx);
+    tg__dlanes acc = {0};
+    for (int64_t c = 0; c < padded; c += TG_DLANES) {
+        tg__flanes v;
+        memcpy(&v, t + c, sizeof v);
+        acc += __builtin_convertvector(v, tg__dlanes);
+    }
+    return dlanes_sum(acc);
+}
+
+TG_VECTOR_CLONES
+void tg__attn_online_softmax_f32(void *tile, int64_t ldt, void *acc, double *m, double *l,
+                                 int64_t nr, int64_t nc, int64_t ev)
+{
+    for (int64_t r = 0; r < nr; r++) {
+        float *t = (float *)tile + r * ldt;
+        float mx = padded_row_max(t, nc, (float)m[r]); /* m: -inf or a float max */
+        if (mx == -INFINITY) { /* nothing seen yet in this row: add nothing */
+            memset(t, 0, (size_t)nc * sizeof *t);
+            continue;
+        }
+        double sum = padded_row_exp(t, nc, mx);
+        bool first = m[r] == -INFINITY; /* the accumulator is still zero */
+        double alpha = first ? 1 : exp(m[r] - mx);
+        l[r] = l[r] * alpha + sum;
+        m[r] = mx;
+        if (alpha != 1) {
+            float *row = (float *)acc + r * ev, fa = (float)alpha;
+            for (int64_t e = 0; e < ev; e++)
+                row[e] *= fa;
+        }
+    }
+}
+
+/* In passes over all the rows, so that one row's exps need not wait on the
+ * last row's sum. */
+TG_VECTOR_CLONES
+void tg__attn_softmax_f32(float *t, int64_t ldt, int64_t nr, int64_t nc, double *sum,
+                          double *lse)
+{
+    float mx[TG_ATTN_TILE];
+    for (int64_t r = 0; r < nr; r++)
+        mx[r] = padded_row_max(t + r * ldt, nc, -INFINITY);
+    for (int64_t r = 0; r < nr; r++) {
+        if (mx[r] == -INFINITY) {
+            memset(t + r * ldt, 0, (size_t)nc * sizeof *t);
+            if (lse)
+                lse[r] = -INFINITY;
+            continue;
+        }
+        sum[r] = padded_row_exp(t + r * ldt, nc, mx[r]);
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        if (mx[r] == -INFINITY)
+            continue;
+        float *row = t + r * ldt, inv = (float)(1.0 / sum[r]);
+        for (int64_t c = 0; c < nc; c++)
+            row[c] *= inv;
+        if (lse)
+            lse[r] = mx[r] + log(sum[r]);
+    }
+}
+
+TG_VECTOR_CLONES
+void tg__attn_kept_ds(const float *P, int64_t ldp, const float *dpd, int64_t ldd, float *ds,
+                      int64_t ldo, int64_t nr, int64_t nc)
+{
+    for (int64_t r = 0; r < nr; r++) {
+        const float *pr = P + r * ldp, *dr = dpd + r * ldd;
+        float d = (float)row_dot(TG_FLOAT32, pr, dr, nc);
+        for (int64_t c = 0; c < nc; c++)
+            ds[r * ldo + c] = pr[c] * (dr[c] - d);
+    }
+}
