@@ -4,6 +4,7 @@
  * kernel of gemm_kernel.h elsewhere. */
 #include "gemm.h"
 #include "gemm_x86.h"
+#include "internal.h"
 
 #include "tg_config.h"
 
@@ -163,11 +164,7 @@ static int sgemm_narrow(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
                         const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                         float *c, int64_t ldc)
 {
-    int64_t parts = 1;
-#if TG_HAVE_OPENMP
-    if (!omp_in_parallel() && (double)m * (double)n * (double)k >= NARROW_PARALLEL_MIN)
-        parts = omp_get_max_threads();
-#endif
+    int64_t parts = (double)m * (double)n * (double)k >= NARROW_PARALLEL_MIN ? tg__threads_free() : 1;
     if (parts > m / 16)
         parts = m / 16 > 1 ? m / 16 : 1;
     if (parts == 1)
@@ -219,27 +216,31 @@ static void long_half(int h, bool trans_a, bool trans_b, int64_t m, int64_t n, i
  * thread's cache: splitting C's rows instead made each thread read all of
  * both, half of it from the other core. The halves are added in one order
  * on any number of threads, so the bits do not depend on it. */
-static int sgemm_halves(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                        float *c, int64_t ldc)
+/* C = alpha (part[0] + part[1]) + beta C, the halves added in one order. */
+static void add_halves(float part[2][LONG_MAX_MN * LONG_MAX_MN], int64_t m, int64_t n,
+                       float alpha, float beta, float *c, int64_t ldc)
 {
-    float part[2][LONG_MAX_MN * LONG_MAX_MN];
-#if TG_HAVE_OPENMP
-    if (!omp_in_parallel() && omp_get_max_threads() > 1) {
-#pragma omp parallel for num_threads(2) schedule(static)
-        for (int h = 0; h < 2; h++)
-            long_half(h, trans_a, trans_b, m, n, k, a, lda, b, ldb, part[h]);
-    } else
-#endif
-    {
-        for (int h = 0; h < 2; h++)
-            long_half(h, trans_a, trans_b, m, n, k, a, lda, b, ldb, part[h]);
-    }
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float s = part[0][i * n + j] + part[1][i * n + j];
             c[i * ldc + j] = beta == 0 ? alpha * s : alpha * s + beta * c[i * ldc + j];
         }
+}
+
+static int sgemm_halves(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                        float *c, int64_t ldc)
+{
+    float part[2][LONG_MAX_MN * LONG_MAX_MN];
+    if (tg__threads_free() > 1) {
+#pragma omp parallel for num_threads(2) schedule(static)
+        for (int h = 0; h < 2; h++)
+            long_half(h, trans_a, trans_b, m, n, k, a, lda, b, ldb, part[h]);
+    } else {
+        for (int h = 0; h < 2; h++)
+            long_half(h, trans_a, trans_b, m, n, k, a, lda, b, ldb, part[h]);
+    }
+    add_halves(part, m, n, alpha, beta, c, ldc);
     return 0;
 }
 
@@ -254,28 +255,20 @@ static bool narrow_shape(int64_t m, int64_t n, int64_t k)
 int tg__sgemm_linear_grads(int64_t rows, int64_t in, int64_t out, const float *gy,
                            const float *w, const float *x, float beta_dx, float *dx, float *dw)
 {
-#if TG_HAVE_OPENMP
     double work = (double)rows * (double)in * (double)out;
     if (rows < 2 * 16 || !narrow_shape(rows, in, out) || !long_reduction(false, out, in, rows) ||
-        work < NARROW_PARALLEL_MIN || omp_in_parallel() || omp_get_max_threads() < 2)
+        work < NARROW_PARALLEL_MIN || tg__threads_free() < 2)
         return 1;
     float part[2][LONG_MAX_MN * LONG_MAX_MN];
-#pragma omp parallel num_threads(2)
-    {
-        int h = omp_get_thread_num();
+#pragma omp parallel for num_threads(2) schedule(static)
+    for (int h = 0; h < 2; h++) {
         int64_t r0 = rows * h / 2, r1 = rows * (h + 1) / 2;
         tg__sgemm_tiny(false, false, r1 - r0, in, out, 1.0f, gy + r0 * out, out, w, in, beta_dx,
                        dx + r0 * in, in);
         long_half(h, true, false, out, in, rows, gy, out, x, in, part[h]);
     }
-    for (int64_t i = 0; i < out * in; i++)
-        dw[i] = part[0][i] + part[1][i];
+    add_halves(part, out, in, 1.0f, 0.0f, dw, in);
     return 0;
-#else
-    (void)rows, (void)in, (void)out, (void)gy, (void)w, (void)x, (void)beta_dx, (void)dx,
-        (void)dw;
-    return 1;
-#endif
 }
 
 /* Thin and tiny float32 products go to gemm_small.c, with or without BLAS:

@@ -263,6 +263,14 @@ typedef struct {
 } band;
 #define NO_BAND ((band){INT64_MIN / 4, INT64_MAX / 4})
 
+/* The p a block of R rows from row i reads: those the band allows any of
+ * its rows, within [0, k). */
+static inline void band_span(band bd, int64_t i, int64_t R, int64_t k, int64_t *p0, int64_t *p1)
+{
+    *p0 = i + bd.lo > 0 ? i + bd.lo : 0;
+    *p1 = i + R - 1 + bd.hi + 1 < k ? i + R + bd.hi : k;
+}
+
 /* R rows of C from row i of op(A) on (R <= 3 and NV constants where this
  * is inlined, so that the accumulators, fixed-size arrays as in dots_m,
  * live in registers): R rows give the FMA units R independent chains where
@@ -273,7 +281,8 @@ static inline __attribute__((always_inline)) void tiny_block(
     const float *a, int64_t sa_i, int64_t sa_p, const float *bt, int64_t ldbt, float beta,
     float *c, int64_t ldc)
 {
-    int64_t p0 = i + bd.lo > 0 ? i + bd.lo : 0, p1 = i + R - 1 + bd.hi + 1 < k ? i + R + bd.hi : k;
+    int64_t p0, p1;
+    band_span(bd, i, R, k, &p0, &p1);
     lanes acc[3][TINY_MAX_NV];
     for (int r = 0; r < R; r++)
         for (int v = 0; v < NV; v++)
@@ -303,7 +312,8 @@ static inline __attribute__((always_inline)) void tiny_block8(
     const int R, int64_t i, int64_t n, int64_t k, band bd, float alpha, const float *a,
     int64_t sa_i, int64_t sa_p, const float *bt, int64_t ldbt, float beta, float *c, int64_t ldc)
 {
-    int64_t p0 = i + bd.lo > 0 ? i + bd.lo : 0, p1 = i + R - 1 + bd.hi + 1 < k ? i + R + bd.hi : k;
+    int64_t p0, p1;
+    band_span(bd, i, R, k, &p0, &p1);
     lanes8 acc[8];
     for (int r = 0; r < R; r++)
         acc[r] = (lanes8){0};
@@ -343,7 +353,8 @@ static inline __attribute__((always_inline)) void tiny_rows(
 {
     int64_t i = 0;
     for (; i + 4 <= m; i += 4) { /* as tiny_block(NV, 4, ...), in four named arrays */
-        int64_t p0 = i + bd.lo > 0 ? i + bd.lo : 0, p1 = i + 3 + bd.hi + 1 < k ? i + 4 + bd.hi : k;
+        int64_t p0, p1;
+        band_span(bd, i, 4, k, &p0, &p1);
         lanes c0[TINY_MAX_NV], c1[TINY_MAX_NV], c2[TINY_MAX_NV], c3[TINY_MAX_NV];
         for (int v = 0; v < NV; v++)
             c0[v] = c1[v] = c2[v] = c3[v] = (lanes){0};
