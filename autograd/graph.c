@@ -492,6 +492,8 @@ tg_tensor *tg__grad_target(tg_node *node, int i)
     tg_node *producer = input->node;
     tg_tensor **slot = producer ? &producer->grad : &input->grad; /* a leaf's .grad is its own */
     bool own = producer ? producer->grad_own : true;
+    if (*slot && !own && adoptable(*slot)) /* nobody else holds it: ours as it is */
+        own = producer->grad_own = true;
     if (!*slot || !own) {
         tg_tensor *t = *slot ? tg__convert(*slot, input->dtype) /* a copy of our own */
                              : tg__empty(input->dtype, input->ndim, input->shape);

@@ -748,7 +748,7 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
     memcpy(shape, p.bshape, sizeof shape);
     shape[p.nbd] = p.L, shape[p.nbd + 1] = p.Ev;
     tg_tensor *out = new_output(&p, shape);                             /* [..., L, Ev] */
-    tg_tensor *lse = tg__empty(TG_FLOAT64, 1, (int64_t[]){p.nb * p.L}); /* [nb * L] */
+    tg_tensor *lse = tg__empty_uninit(TG_FLOAT64, 1, (int64_t[]){p.nb * p.L}); /* [nb * L] */
     tg_tensor *qc = readable(q), *kc = readable(k), *vc = readable(v);
     tg_tensor *weights = NULL; /* [nb * L * wld], for a backward to come */
     if (keeps_weights(&p) && tg__needs_grad(3, (const tg_tensor *[]){q, k, v})) {
