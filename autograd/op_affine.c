@@ -1,9 +1,10 @@
 /* tg_affine: y = x @ weight^T + bias as one op (torch.nn.functional.linear);
  * tg_gelu_affine: the same of GELU(h), keeping h alone for backward;
  * tg_layer_norm_affine: the same of layer_norm(x), keeping x alone.
- * The output rows start as copies of the bias and the GEMM adds the product
- * onto them, so there is no separate bias pass and no product kept apart
- * from the output. Backward: dx = dy @ weight, dweight = dy^T @ x (summed
+ * The float32 packed GEMM adds the bias as it writes the output; elsewhere
+ * the output rows start as copies of the bias and the GEMM adds the product
+ * onto them. Either way there is no separate bias pass and no product kept
+ * apart from the output. Backward: dx = dy @ weight, dweight = dy^T @ x (summed
  * over every leading dim), dbias = dy summed over the rows. */
 #include "gemm.h"
 #include "graph.h"
@@ -150,10 +151,17 @@ static tg_tensor *product(const tg_tensor *xc, const tg_tensor *weight, const tg
     tg_tensor *y = wc && (!bias || bc) ? tg__empty_uninit(xc->dtype, xc->ndim, shape) : NULL;
     if (y) {
         char *yp = tg__ptr(y);
-        if (bc)
+        /* float32: the bias added as the GEMM writes y, where it can */
+        int rc = bc && xc->dtype == TG_FLOAT32
+                     ? tg__sgemm_bias(true, rows, out, in, tg__ptr(xc), in, tg__ptr(wc), in,
+                                      tg__ptr(bc), (float *)yp, out)
+                     : 1;
+        if (rc == 1 && bc)
             fill_rows(yp, tg__ptr(bc), tg_dtype_size(xc->dtype), out, rows);
-        if (tg__gemm(xc->dtype, false, false, true, rows, out, in, 1.0, tg__ptr(xc), in,
-                     tg__ptr(wc), in, bc ? 1.0 : 0.0, yp, out) < 0) {
+        if (rc == 1)
+            rc = tg__gemm(xc->dtype, false, false, true, rows, out, in, 1.0, tg__ptr(xc), in,
+                          tg__ptr(wc), in, bc ? 1.0 : 0.0, yp, out);
+        if (rc < 0) {
             tg_release(y);
             y = NULL;
         }

@@ -44,6 +44,15 @@ int tg__dgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       double alpha, const double *a, int64_t lda, const double *b, int64_t ldb,
                       double beta, double *c, int64_t ldc);
 
+/* C = A @ op(B) + bias, float32: the row bias[0..n) is added to every row
+ * of C as the packed kernel writes it, in the one pass over C. A product
+ * that the thin, tiny or narrow kernels take, or a CPU without the packed
+ * kernel's SIMD code, returns 1 having done nothing: the caller then fills
+ * C's rows with bias and calls tg__sgemm with beta 1. Else 0, or -1 when
+ * out of memory. */
+int tg__sgemm_bias(bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                   const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc);
+
 /* float32 products whose op(A) has 1 to TG_GEMM_THIN_M rows (and n, k > 0):
  * B streams through once instead of being packed. tg__sgemm and
  * tg__sgemm_builtin send such products here. Same contract. */

@@ -8,9 +8,11 @@
  *   MK_SET1 (broadcast), MK_FMA(a, b, c) = a * b + c, MK_MUL, MK_ZERO */
 
 /* C[MR][NR] = alpha * pa @ pb + beta * C, from pa = [kc][MR] and
- * pb = [kc][NR] packed panels; beta == 0 never reads C. */
+ * pb = [kc][NR] packed panels; beta == 0 never reads C, and then adds the
+ * row bias[0..NR) to every row unless bias is NULL. */
 MK_TARGET static void MK_NAME(int64_t kc, const MK_T *restrict pa, const MK_T *restrict pb,
-                              MK_T *restrict c, int64_t ldc, MK_T alpha, MK_T beta)
+                              MK_T *restrict c, int64_t ldc, MK_T alpha, MK_T beta,
+                              const MK_T *restrict bias)
 {
     MK_V acc[MK_MR][MK_NV];
 #pragma GCC unroll 16
@@ -18,6 +20,12 @@ MK_TARGET static void MK_NAME(int64_t kc, const MK_T *restrict pa, const MK_T *r
 #pragma GCC unroll 4
         for (int v = 0; v < MK_NV; v++)
             acc[r][v] = MK_ZERO();
+    /* C's tile is written at the end: fetch its lines while the FMAs run */
+#pragma GCC unroll 16
+    for (int r = 0; r < MK_MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < MK_NV * MK_W * (int)sizeof(MK_T); v += 64)
+            _mm_prefetch((const char *)(c + r * ldc) + v, _MM_HINT_T0);
     /* One k step: NV loads of B, MR broadcasts of A (folded into the FMAs
      * as memory operands), MR * NV independent FMAs. */
 #pragma GCC unroll 4
@@ -37,6 +45,18 @@ MK_TARGET static void MK_NAME(int64_t kc, const MK_T *restrict pa, const MK_T *r
         pb += MK_NV * MK_W;
     }
     MK_V va = MK_SET1(alpha);
+    if (beta == 0 && bias) {
+        MK_V vbias[MK_NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < MK_NV; v++)
+            vbias[v] = MK_LOAD(bias + v * MK_W);
+#pragma GCC unroll 16
+        for (int r = 0; r < MK_MR; r++)
+#pragma GCC unroll 4
+            for (int v = 0; v < MK_NV; v++)
+                MK_STORE(c + r * ldc + v * MK_W, MK_FMA(va, acc[r][v], vbias[v]));
+        return;
+    }
     if (beta == 0) {
 #pragma GCC unroll 16
         for (int r = 0; r < MK_MR; r++)

@@ -5,11 +5,17 @@
 
 /* rows [i0, i0+rows) x cols [p0, p0+kc) of op(A) as consecutive mr-row
  * panels, each [kc][mr]; the last panel's missing rows are zero. */
-static void GEMM_FN(pack_a_blk)(int mr, bool trans, const GEMM_T *a, int64_t lda, int64_t i0,
-                                int64_t rows, int64_t p0, int64_t kc, GEMM_T *restrict pa)
+static void GEMM_FN(pack_a_blk)(const GEMM_UKR *u, bool trans, const GEMM_T *a, int64_t lda,
+                                int64_t i0, int64_t rows, int64_t p0, int64_t kc,
+                                GEMM_T *restrict pa)
 {
+    const int mr = u->mr;
     for (int64_t i = 0; i < rows; i += mr, pa += mr * kc) {
         int h = rows - i < mr ? (int)(rows - i) : mr;
+        if (!trans && u->pack_rows) {
+            u->pack_rows(a + (i0 + i) * lda + p0, lda, h, kc, mr, pa);
+            continue;
+        }
         for (int64_t p = 0; p < kc; p++) {
             GEMM_T *dst = pa + p * mr;
             if (trans) { /* op(A)(i, p) = a[p * lda + i]: contiguous in i */
@@ -29,9 +35,15 @@ static void GEMM_FN(pack_a_blk)(int mr, bool trans, const GEMM_T *a, int64_t lda
 
 /* One nr-column panel of op(B): rows [p0, p0+kc) x cols [j0, j0+w), stored
  * [kc][nr]; columns past w are zero. */
-static void GEMM_FN(pack_b_panel)(int nr, bool trans, const GEMM_T *b, int64_t ldb, int64_t j0,
-                                  int w, int64_t p0, int64_t kc, GEMM_T *restrict pb)
+static void GEMM_FN(pack_b_panel)(const GEMM_UKR *u, bool trans, const GEMM_T *b, int64_t ldb,
+                                  int64_t j0, int w, int64_t p0, int64_t kc,
+                                  GEMM_T *restrict pb)
 {
+    const int nr = u->nr;
+    if (trans && u->pack_rows) {
+        u->pack_rows(b + j0 * ldb + p0, ldb, w, kc, nr, pb);
+        return;
+    }
     for (int64_t p = 0; p < kc; p++, pb += nr) {
         if (!trans) { /* op(B)(p, j) = b[p * ldb + j]: contiguous in j */
             memcpy(pb, b + (p0 + p) * ldb + j0, (size_t)w * sizeof *pb);
@@ -49,18 +61,20 @@ static void GEMM_FN(pack_b_panel)(int nr, bool trans, const GEMM_T *b, int64_t l
  * slice pb (ks deep, kc-deep pieces of ns_pad columns each). For every kc
  * piece the chunk's A block is packed into pa; then one B panel (kc x nr)
  * stays in L1 while the A block streams from L2. Edge tiles go through a
- * scratch tile so C is never overrun. beta applies to the first piece. */
+ * scratch tile so C is never overrun. beta, and bias (the row added to C's
+ * rows, with beta 0, or NULL), apply to the first piece. */
 static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int64_t lda,
                            int64_t i0, int64_t mc, int64_t q0, int64_t q1, int64_t ns,
                            int64_t ns_pad, int64_t p0, int64_t ks, const GEMM_T *pb,
-                           GEMM_T *pa, GEMM_T alpha, GEMM_T beta, GEMM_T *c, int64_t ldc)
+                           GEMM_T *pa, GEMM_T alpha, GEMM_T beta, const GEMM_T *bias,
+                           GEMM_T *c, int64_t ldc)
 {
     const int mr = u->mr, nr = u->nr;
     GEMM_T tile[16 * 32]; /* mr x nr of the largest kernel */
-    for (int64_t pc = 0; pc < ks; pc += u->kc, beta = 1) {
+    for (int64_t pc = 0; pc < ks; pc += u->kc, beta = 1, bias = NULL) {
         int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;
         const GEMM_T *bs = pb + pc * ns_pad;
-        GEMM_FN(pack_a_blk)(mr, trans_a, a, lda, i0, mc, p0 + pc, kc, pa);
+        GEMM_FN(pack_a_blk)(u, trans_a, a, lda, i0, mc, p0 + pc, kc, pa);
         for (int64_t q = q0; q < q1; q++) {
             int64_t j = q * nr;
             int w = ns - j < nr ? (int)(ns - j) : nr;
@@ -68,31 +82,35 @@ static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int
                 int h = mc - ir < mr ? (int)(mc - ir) : mr;
                 GEMM_T *cp = c + (i0 + ir) * ldc + j;
                 if (h == mr && w == nr) {
-                    u->fn(kc, pa + ir * kc, bs + j * kc, cp, ldc, alpha, beta);
+                    u->fn(kc, pa + ir * kc, bs + j * kc, cp, ldc, alpha, beta,
+                          bias ? bias + j : NULL);
                     continue;
                 }
-                u->fn(kc, pa + ir * kc, bs + j * kc, tile, nr, 1, 0);
+                u->fn(kc, pa + ir * kc, bs + j * kc, tile, nr, 1, 0, NULL);
                 for (int r = 0; r < h; r++)
-                    for (int x = 0; x < w; x++)
-                        cp[r * ldc + x] = alpha * tile[r * nr + x] +
-                                          (beta == 0 ? 0 : beta * cp[r * ldc + x]);
+                    for (int x = 0; x < w; x++) {
+                        GEMM_T *to = cp + r * ldc + x, v = alpha * tile[r * nr + x];
+                        *to = beta != 0 ? v + beta * *to : bias ? v + bias[j + x] : v;
+                    }
             }
         }
     }
 }
 
-/* The whole product (gemm.h's contract) with kernel u on up to nt threads.
- * Per slice of op(B) (up to nc columns x 8 kc deep) the team packs the
+/* The whole product (gemm.h's contract) with kernel u on up to nt threads,
+ * plus bias[0..n) on every row of C when bias is given (beta must then be
+ * 0). Per slice of op(B) (up to nc columns x about 2048 deep) the team packs the
  * slice once into a shared buffer, then takes chunks of C (mc-row blocks,
  * cut into column groups when rows are few) from a dynamic queue, each
  * packing its own A block: on a loaded machine a thread that is held up
  * leaves its chunks to the others instead of making them wait. */
 static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b, int64_t m,
                            int64_t n, int64_t k, GEMM_T alpha, const GEMM_T *a, int64_t lda,
-                           const GEMM_T *b, int64_t ldb, GEMM_T beta, GEMM_T *c, int64_t ldc)
+                           const GEMM_T *b, int64_t ldb, GEMM_T beta, const GEMM_T *bias,
+                           GEMM_T *c, int64_t ldc)
 {
     const int mr = u->mr, nr = u->nr;
-    const int64_t ks_max = 8 * (int64_t)u->kc;
+    const int64_t ks_max = (2048 + u->kc - 1) / u->kc * u->kc;
     int64_t n_pad = ((n < u->nc ? n : u->nc) + nr - 1) / nr * nr;
     int64_t k_max = k < ks_max ? k : ks_max, kc_max = k < u->kc ? k : u->kc;
     /* even row blocks of at most mc rows, whole tiles each */
@@ -123,7 +141,7 @@ static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b
             for (int64_t t = 0; t < pieces * q_all; t++) {                                \
                 int64_t pc = t / q_all * u->kc, q = t % q_all;                            \
                 int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;                           \
-                GEMM_FN(pack_b_panel)(nr, trans_b, b, ldb, js + q * nr,                   \
+                GEMM_FN(pack_b_panel)(u, trans_b, b, ldb, js + q * nr,                   \
                                       ns - q * nr < nr ? (int)(ns - q * nr) : nr, ps + pc, \
                                       kc, pb + pc * ns_pad + q * nr * kc);                \
             }                                                                             \
@@ -132,7 +150,8 @@ static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b
                 int64_t i0 = t / g * mc, j = t % g;                                       \
                 GEMM_FN(chunk)(u, trans_a, a, lda, i0, m - i0 < mc ? m - i0 : mc,         \
                                j * q_all / g, (j + 1) * q_all / g, ns, ns_pad, ps, ks, pb, \
-                               pa, alpha, ps == 0 ? beta : 1, c + js, ldc);               \
+                               pa, alpha, ps == 0 ? beta : 1,                             \
+                               ps == 0 && bias ? bias + js : NULL, c + js, ldc);          \
             }                                                                             \
             /* the next slice overwrites pb: wait for its readers (the last              \
              * slice leaves that to the end of the region) */                             \

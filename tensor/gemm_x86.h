@@ -7,21 +7,34 @@
 #include "gemm.h"
 
 /* C[mr][nr] = alpha * pa @ pb + beta * C for packed panels pa = [kc][mr],
- * pb = [kc][nr]; beta == 0 never reads C. */
+ * pb = [kc][nr]; beta == 0 never reads C, and then adds bias[0..nr) to
+ * every row unless bias is NULL. */
 typedef void (*tg__ukr_f32_fn)(int64_t kc, const float *pa, const float *pb, float *c,
-                               int64_t ldc, float alpha, float beta);
+                               int64_t ldc, float alpha, float beta, const float *bias);
 typedef void (*tg__ukr_f64_fn)(int64_t kc, const double *pa, const double *pb, double *c,
-                               int64_t ldc, double alpha, double beta);
+                               int64_t ldc, double alpha, double beta, const double *bias);
+
+/* Packs the first kc elements of rows rows of src (ld apart) as the
+ * columns of a panel: dst[p * width + r] = src[r * ld + p] for r < rows,
+ * and 0 for rows <= r < width. */
+typedef void (*tg__pack_rows_f32_fn)(const float *src, int64_t ld, int rows, int64_t kc,
+                                     int width, float *dst);
+typedef void (*tg__pack_rows_f64_fn)(const double *src, int64_t ld, int rows, int64_t kc,
+                                     int width, double *dst);
 
 /* A micro-kernel with its tile (mr x nr) and the cache blocking that suits
- * it, in elements: an mc x kc block of A for L2, a kc x nc slice of B. */
+ * it, in elements: an mc x kc block of A for L2, a kc x nc slice of B; and
+ * the packing of rows into panel columns for its ISA, or NULL when the
+ * portable loop serves. */
 struct tg__ukr_f32 {
     int mr, nr, mc, kc, nc;
     tg__ukr_f32_fn fn;
+    tg__pack_rows_f32_fn pack_rows;
 };
 struct tg__ukr_f64 {
     int mr, nr, mc, kc, nc;
     tg__ukr_f64_fn fn;
+    tg__pack_rows_f64_fn pack_rows;
 };
 
 /* Whether this build has kernels for isa and the CPU runs them. */

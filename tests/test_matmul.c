@@ -442,12 +442,13 @@ START_TEST(gemm_with_empty_dims)
 END_TEST
 
 /* Shapes that cross every blocking boundary of every ISA path (tiles of
- * 14x32, 14x16, 6x16, 6x8; mc up to 168, kc 256, nc 2048/3072), leave edge
- * tiles in both directions, are long enough to be split over threads (by
- * rows, and by columns when M is one tile), or have M or N equal to 1. */
+ * 14x32, 14x16, 6x16, 6x8; mc up to 168, kc 256 or 512, slices of B about
+ * 2048 deep, nc 2048/3072), leave edge tiles in both directions, are long
+ * enough to be split over threads (by rows, and by columns when M is one
+ * tile), or have M or N equal to 1. */
 static const int64_t isa_shapes[][3] = {/* m, n, k */
-    {1, 1, 1}, {1, 70, 300}, {70, 1, 300}, {15, 33, 5}, {170, 40, 260},
-    {29, 3100, 3}, {5, 2100, 300}, {300, 67, 100}};
+    {1, 1, 1},      {1, 70, 300},  {70, 1, 300},  {15, 33, 5},    {170, 40, 260},
+    {29, 3100, 3},  {5, 2100, 300}, {300, 67, 100}, {40, 50, 1100}, {20, 40, 2200}};
 #define N_ISA_SHAPES (int)(sizeof isa_shapes / sizeof isa_shapes[0])
 static const enum tg__gemm_isa isas[] = {TG_GEMM_ISA_GENERIC, TG_GEMM_ISA_AVX2,
                                          TG_GEMM_ISA_AVX512};
@@ -724,6 +725,58 @@ START_TEST(affine_adds_the_bias_to_every_row)
 }
 END_TEST
 
+/* tg__sgemm_bias on every ISA path: the bias row is added once to every row
+ * (with several kc pieces and B slices too), the NaN C held is never read
+ * and the padding between rows is not touched. Where it declines (no SIMD
+ * kernel, or a product for the thin, tiny or narrow kernels) it returns 1
+ * and leaves C as it was. */
+START_TEST(packed_product_adds_the_bias_row_once)
+{
+    enum tg__gemm_isa isa = isas[_i / N_ISA_SHAPES];
+    const int64_t *s = isa_shapes[_i % N_ISA_SHAPES];
+    int64_t m = s[0], n = s[1], k = s[2], ldc = n + 3;
+    if (!tg__gemm_force_isa(isa))
+        return;
+    for (int tb = 0; tb < 2; tb++) {
+        int64_t lda = k + 1, ldb = tb ? k + 2 : n + 2;
+        float *a = malloc((size_t)(m * lda) * sizeof *a);
+        float *b = malloc((size_t)((tb ? n : k) * ldb) * sizeof *b);
+        float *bias = malloc((size_t)n * sizeof *bias), *c = malloc((size_t)(m * ldc) * sizeof *c);
+        for (int64_t i = 0; i < m * lda; i++)
+            a[i] = (float)((i * 7919) % 23) / 11.0f - 1.0f;
+        for (int64_t i = 0; i < (tb ? n : k) * ldb; i++)
+            b[i] = (float)((i * 104729) % 19) / 9.0f - 1.0f;
+        for (int64_t j = 0; j < n; j++)
+            bias[j] = (float)(j % 7) - 3.5f;
+        for (int64_t i = 0; i < m * ldc; i++)
+            c[i] = NAN;
+        int rc = tg__sgemm_bias(tb, m, n, k, a, lda, b, ldb, bias, c, ldc);
+        ck_assert(rc == 0 || rc == 1);
+        if (isa == TG_GEMM_ISA_GENERIC)
+            ck_assert_int_eq(rc, 1);
+        if (n * k >= 40 * 1100) /* too big for the small kernels */
+            ck_assert_int_eq(rc, isa == TG_GEMM_ISA_GENERIC ? 1 : 0);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < ldc; j++) {
+                float got = c[i * ldc + j];
+                if (rc == 1 || j >= n) {
+                    ck_assert(isnan(got));
+                    continue;
+                }
+                double want = bias[j];
+                for (int64_t p = 0; p < k; p++)
+                    want += (double)a[i * lda + p] * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+                ck_assert_msg(fabs(got - want) <= 1e-5 * (1 + sqrt((double)k)) * (1 + fabs(want)),
+                              "%lldx%lldx%lld tb=%d (%lld,%lld): %g vs %g", (long long)m,
+                              (long long)n, (long long)k, tb, (long long)i, (long long)j, got,
+                              want);
+            }
+        free(a), free(b), free(bias), free(c);
+    }
+    ck_assert(tg__gemm_force_isa(TG_GEMM_ISA_AUTO));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("matmul");
@@ -758,6 +811,7 @@ int main(void)
     tcase_add_loop_test(gemm, every_isa_path_matches_naive_loop_across_blocks, 0,
                         3 * N_ISA_SHAPES);
     tcase_add_loop_test(gemm, every_isa_path_handles_beta_zero_and_empty_k, 0, 3);
+    tcase_add_loop_test(gemm, packed_product_adds_the_bias_row_once, 0, 3 * N_ISA_SHAPES);
     tcase_set_timeout(gemm, 60);
     suite_add_tcase(s, gemm);
     return run_suite(s);
