@@ -276,6 +276,19 @@ int tg__sgemm_linear_grads(int64_t rows, int64_t in, int64_t out, const float *g
  * tiny_work multiply-adds: TG_GEMM_TINY_WORK in front of the built-in packed
  * kernel, which tiny beats up to 64^3 (an attention tile), and a quarter of
  * that in front of OpenBLAS, which is ahead from 64^3 on. */
+/* Few enough multiply-adds, none too long a reduction, for the tiny kernel. */
+static bool tiny_shape(double tiny_work, int64_t m, int64_t n, int64_t k)
+{
+    return k <= TG_GEMM_TINY_MAX_K && (double)m * (double)n * (double)k <= tiny_work;
+}
+
+/* Whether sgemm_small takes an m x n x k product (m, n, k > 0). */
+static bool small_shape(double tiny_work, bool trans_b, int64_t m, int64_t n, int64_t k)
+{
+    return m <= TG_GEMM_THIN_M || long_reduction(trans_b, m, n, k) ||
+           tiny_shape(tiny_work, m, n, k) || narrow_shape(m, n, k);
+}
+
 static int sgemm_small(double tiny_work, bool trans_a, bool trans_b, int64_t m, int64_t n,
                        int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                        int64_t ldb, float beta, float *c, int64_t ldc)
@@ -286,7 +299,7 @@ static int sgemm_small(double tiny_work, bool trans_a, bool trans_b, int64_t m, 
         return tg__sgemm_thin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (long_reduction(trans_b, m, n, k)) /* first: the same halves with or without BLAS */
         return sgemm_halves(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    if (k <= TG_GEMM_TINY_MAX_K && (double)m * (double)n * (double)k <= tiny_work)
+    if (tiny_shape(tiny_work, m, n, k))
         return tg__sgemm_tiny(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (narrow_shape(m, n, k))
         return sgemm_narrow(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -349,14 +362,13 @@ int tg__sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
     if (small != 1)
         return small;
 #if TG_HAVE_BLAS
-    /* With SIMD code the packed kernel is ahead of OpenBLAS on products
-     * whose A is not transposed (1-5% at 2048 x 1152 x 384, and it writes a
-     * C of beta 0 in one pass where OpenBLAS zeroes it first); OpenBLAS
-     * keeps the A^T B of weight gradients, where it is ahead by 3-15%. */
-    const struct tg__ukr_f32 *u = simd_kernel_f32();
-    if (u && !trans_a && m > 0 && n > 0 && k > 0 && alpha != 0)
-        return packed_f32(u, packed_threads(m, n, k), trans_a, trans_b, m, n, k, alpha, a, lda,
-                          b, ldb, beta, NULL, c, ldc);
+    /* With SIMD code the built-in kernels are ahead of OpenBLAS on products
+     * whose A is not transposed: tiny up to 64^3, packed from 128^3 (by
+     * 1-5% at 2048 x 1152 x 384, and it writes a C of beta 0 in one pass
+     * where OpenBLAS zeroes it first). OpenBLAS keeps the A^T B of weight
+     * gradients, where it is ahead by 3-15%. */
+    if (!trans_a && simd_kernel_f32())
+        return tg__sgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (blas_fits(m, n, k, lda, ldb, ldc)) {
         cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                     trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a,
@@ -371,10 +383,7 @@ int tg__sgemm_bias(bool trans_b, int64_t m, int64_t n, int64_t k, const float *a
                    const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc)
 {
     const struct tg__ukr_f32 *u = simd_kernel_f32();
-    double tiny_work = TG_HAVE_BLAS ? TG_GEMM_TINY_WORK / 4 : TG_GEMM_TINY_WORK;
-    if (!u || m <= 0 || n <= 0 || k <= 0 || m <= TG_GEMM_THIN_M || narrow_shape(m, n, k) ||
-        long_reduction(trans_b, m, n, k) ||
-        (k <= TG_GEMM_TINY_MAX_K && (double)m * (double)n * (double)k <= tiny_work))
+    if (!u || m <= 0 || n <= 0 || k <= 0 || small_shape(TG_GEMM_TINY_WORK, trans_b, m, n, k))
         return 1;
     return packed_f32(u, packed_threads(m, n, k), false, trans_b, m, n, k, 1.0f, a, lda, b, ldb,
                       0.0f, bias, c, ldc);
