@@ -16,6 +16,10 @@ static void GEMM_FN(pack_a_blk)(const GEMM_UKR *u, bool trans, const GEMM_T *a, 
             u->pack_rows(a + (i0 + i) * lda + p0, lda, h, kc, mr, pa);
             continue;
         }
+        if (trans && u->pack_cols) {
+            u->pack_cols(a + p0 * lda + i0 + i, lda, h, kc, mr, pa);
+            continue;
+        }
         for (int64_t p = 0; p < kc; p++) {
             GEMM_T *dst = pa + p * mr;
             if (trans) { /* op(A)(i, p) = a[p * lda + i]: contiguous in i */
@@ -42,6 +46,10 @@ static void GEMM_FN(pack_b_panel)(const GEMM_UKR *u, bool trans, const GEMM_T *b
     const int nr = u->nr;
     if (trans && u->pack_rows) {
         u->pack_rows(b + j0 * ldb + p0, ldb, w, kc, nr, pb);
+        return;
+    }
+    if (!trans && u->pack_cols) {
+        u->pack_cols(b + p0 * ldb + j0, ldb, w, kc, nr, pb);
         return;
     }
     for (int64_t p = 0; p < kc; p++, pb += nr) {
@@ -99,11 +107,13 @@ static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int
 
 /* The whole product (gemm.h's contract) with kernel u on up to nt threads,
  * plus bias[0..n) on every row of C when bias is given (beta must then be
- * 0). Per slice of op(B) (up to nc columns x about 2048 deep) the team packs the
- * slice once into a shared buffer, then takes chunks of C (mc-row blocks,
- * cut into column groups when rows are few) from a dynamic queue, each
- * packing its own A block: on a loaded machine a thread that is held up
- * leaves its chunks to the others instead of making them wait. */
+ * 0). Per slice of op(B) (up to nc columns x about 2048 deep) the team
+ * packs the slice once into a shared buffer, then shares out chunks of C
+ * (row blocks, cut into column groups when rows are few), each packing its
+ * own A block. The chunks go in equal runs, the first run of rows to the
+ * first thread, as the row-split ops before a product leave those rows in
+ * that core's cache; a dynamic queue spent 2-3% of a GPT step waiting on
+ * the last chunk. */
 static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b, int64_t m,
                            int64_t n, int64_t k, GEMM_T alpha, const GEMM_T *a, int64_t lda,
                            const GEMM_T *b, int64_t ldb, GEMM_T beta, const GEMM_T *bias,
@@ -113,14 +123,16 @@ static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b
     const int64_t ks_max = (2048 + u->kc - 1) / u->kc * u->kc;
     int64_t n_pad = ((n < u->nc ? n : u->nc) + nr - 1) / nr * nr;
     int64_t k_max = k < ks_max ? k : ks_max, kc_max = k < u->kc ? k : u->kc;
-    /* even row blocks of at most mc rows, whole tiles each, as many for
-     * each thread where the rows allow: then each block of A is packed once
-     * (2048 rows made 13 blocks, which took 26 chunks to share evenly) */
+    /* row blocks of whole tiles, at most mc rows, their tile counts
+     * differing by one at most, as many for each thread where the rows
+     * allow: each block of A is then packed once (2048 rows made 13 blocks,
+     * which took 26 chunks to share evenly, or 13 of 154 rows and one of 46) */
+    int64_t tiles = (m + mr - 1) / mr;
     int64_t row_blocks = (m + u->mc - 1) / u->mc;
     if (nt > 1 && row_blocks % nt != 0)
         row_blocks += nt - row_blocks % nt;
-    int64_t mc = ((m + row_blocks - 1) / row_blocks + mr - 1) / mr * mr;
-    row_blocks = (m + mc - 1) / mc;
+    row_blocks = row_blocks < tiles ? row_blocks : tiles;
+    int64_t mc = (tiles + row_blocks - 1) / row_blocks * mr; /* the largest block */
     /* at least two chunks per thread */
     int64_t groups = nt > 1 ? (2 * nt + row_blocks - 1) / row_blocks : 1;
     size_t nb = (size_t)(n_pad * k_max + 31) / 16 * 16;
@@ -155,8 +167,9 @@ static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b
             }                                                                             \
             PRAGMA_FOR_NOWAIT                                                             \
             for (int64_t t = 0; t < row_blocks * g; t++) {                                \
-                int64_t i0 = t / g * mc, j = t % g;                                       \
-                GEMM_FN(chunk)(u, trans_a, a, lda, i0, m - i0 < mc ? m - i0 : mc,         \
+                int64_t i0 = t / g * tiles / row_blocks * mr, j = t % g;                  \
+                int64_t i1 = (t / g + 1) * tiles / row_blocks * mr;                       \
+                GEMM_FN(chunk)(u, trans_a, a, lda, i0, (i1 < m ? i1 : m) - i0,            \
                                j * q_all / g, (j + 1) * q_all / g, ns, ns_pad, ps, ks, pb, \
                                pa, alpha, ps == 0 ? beta : 1,                             \
                                ps == 0 && bias ? bias + js : NULL, c + js, ldc);          \
@@ -175,7 +188,7 @@ static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b
         {
             GEMM_T *pa = pb + nb + (size_t)GEMM_THREAD_NUM() * na;
             PACKED_LOOPS(pa, _Pragma("omp for schedule(dynamic)"),
-                         _Pragma("omp for schedule(dynamic) nowait"), _Pragma("omp barrier"))
+                         _Pragma("omp for schedule(static) nowait"), _Pragma("omp barrier"))
         }
     }
 #undef PACKED_LOOPS

@@ -96,37 +96,58 @@ __attribute__((target("avx2"))) static inline void transpose8_f32(__m256 v[8])
     }
 }
 
+/* The packings below store whole 8-lane vectors: a row of a panel whose
+ * width is not a multiple of 8 spills into the next row, which is written
+ * afterwards; the last row, with nothing after it, is written element by
+ * element. (AMD's masked vector stores cost tens of cycles each.) */
+
 /* tg__pack_rows_f32_fn in 8 x 8 blocks transposed in registers: the packing
  * of A's rows (A not transposed) and of B's columns (B transposed). The
- * portable loop reads one element per row per step, eight times slower. */
+ * portable loop reads one element per row per step. Within a block of 8
+ * panel rows the groups of 8 columns go from the last to the first, so a
+ * group's spill is overwritten by the next one. */
 __attribute__((target("avx2"))) static void pack_rows_avx2_f32(const float *src, int64_t ld,
                                                                int rows, int64_t kc, int width,
                                                                float *restrict dst)
 {
-    for (int r0 = 0; r0 < width; r0 += 8) {
-        int have = rows - r0 < 0 ? 0 : rows - r0 < 8 ? rows - r0 : 8; /* rows with data */
-        int lanes = width - r0 < 8 ? width - r0 : 8;                  /* columns of dst */
-        __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes),
-                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        const float *s = src + (int64_t)r0 * ld;
-        float *d = dst + r0;
-        int64_t p = 0;
-        for (; p + 8 <= kc; p += 8) {
+    int64_t p = 0;
+    for (; p + 8 < kc; p += 8)
+        for (int r0 = (width - 1) / 8 * 8; r0 >= 0; r0 -= 8) {
+            int have = rows - r0 < 0 ? 0 : rows - r0 < 8 ? rows - r0 : 8; /* rows with data */
+            const float *s = src + (int64_t)r0 * ld + p;
             __m256 v[8];
             for (int i = 0; i < 8; i++)
-                v[i] = i < have ? _mm256_loadu_ps(s + i * ld + p) : _mm256_setzero_ps();
+                v[i] = i < have ? _mm256_loadu_ps(s + i * ld) : _mm256_setzero_ps();
             transpose8_f32(v);
-            if (lanes == 8)
-                for (int i = 0; i < 8; i++)
-                    _mm256_storeu_ps(d + (p + i) * width, v[i]);
-            else
-                for (int i = 0; i < 8; i++)
-                    _mm256_maskstore_ps(d + (p + i) * width, keep, v[i]);
+            for (int i = 0; i < 8; i++)
+                _mm256_storeu_ps(dst + (p + i) * width + r0, v[i]);
         }
-        for (; p < kc; p++)
-            for (int i = 0; i < lanes; i++)
-                d[p * width + i] = i < have ? s[i * ld + p] : 0;
-    }
+    for (; p < kc; p++)
+        for (int r = 0; r < width; r++)
+            dst[p * width + r] = r < rows ? src[r * ld + p] : 0;
+}
+
+/* tg__pack_cols_f32_fn in masked 8-lane loads (masked-off lanes load as 0)
+ * and whole-vector stores: the packing of A transposed and of B not
+ * transposed, where the portable loop copies one element at a time or
+ * calls memcpy for every row of a panel. */
+__attribute__((target("avx2"))) static void pack_cols_avx2_f32(const float *src, int64_t ld,
+                                                               int cols, int64_t kc, int width,
+                                                               float *restrict dst)
+{
+    enum { MAX_VECS = 4 };
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i in[MAX_VECS];
+    int vecs = (width + 7) / 8;
+    for (int v = 0; v < vecs; v++)
+        in[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols - 8 * v), lane);
+    int64_t p = 0;
+    for (; p + 1 < kc; p++)
+        for (int v = 0; v < vecs; v++)
+            _mm256_storeu_ps(dst + p * width + 8 * v,
+                             _mm256_maskload_ps(src + p * ld + 8 * v, in[v]));
+    for (int j = 0; j < width && kc > 0; j++)
+        dst[p * width + j] = j < cols ? src[p * ld + j] : 0;
 }
 
 /* {mr, nr, mc, kc, nc, kernel, packing}. A kc x nr panel of B is reused
@@ -136,12 +157,12 @@ __attribute__((target("avx2"))) static void pack_rows_avx2_f32(const float *src,
  * L1, but the 384- and 512-deep products of a Transformer write C once
  * instead of twice, 1-2% faster on Zen 4. There (512-bit FMAs issued as
  * two 256-bit halves) the AVX2 kernel is nearly as fast as the AVX-512 one. */
-static const struct tg__ukr_f32 avx512_f32 = {14,   32,  168, 512,
-                                              3072, ukr_avx512_f32, pack_rows_avx2_f32};
-static const struct tg__ukr_f64 avx512_f64 = {14, 16, 112, 256, 2048, ukr_avx512_f64, NULL};
-static const struct tg__ukr_f32 avx2_f32 = {6,    16,  144, 256,
-                                            3072, ukr_avx2_f32, pack_rows_avx2_f32};
-static const struct tg__ukr_f64 avx2_f64 = {6, 8, 96, 256, 2048, ukr_avx2_f64, NULL};
+static const struct tg__ukr_f32 avx512_f32 = {
+    14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rows_avx2_f32, pack_cols_avx2_f32};
+static const struct tg__ukr_f64 avx512_f64 = {14, 16, 112, 256, 2048, ukr_avx512_f64, NULL, NULL};
+static const struct tg__ukr_f32 avx2_f32 = {
+    6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rows_avx2_f32, pack_cols_avx2_f32};
+static const struct tg__ukr_f64 avx2_f64 = {6, 8, 96, 256, 2048, ukr_avx2_f64, NULL, NULL};
 
 bool tg__gemm_isa_available(enum tg__gemm_isa isa)
 {

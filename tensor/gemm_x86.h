@@ -21,20 +21,28 @@ typedef void (*tg__pack_rows_f32_fn)(const float *src, int64_t ld, int rows, int
                                      int width, float *dst);
 typedef void (*tg__pack_rows_f64_fn)(const double *src, int64_t ld, int rows, int64_t kc,
                                      int width, double *dst);
+/* Packs kc rows of cols elements of src (ld apart) as the rows of a panel:
+ * dst[p * width + j] = src[p * ld + j] for j < cols, and 0 for
+ * cols <= j < width (width <= 32). */
+typedef void (*tg__pack_cols_f32_fn)(const float *src, int64_t ld, int cols, int64_t kc,
+                                     int width, float *dst);
+typedef void (*tg__pack_cols_f64_fn)(const double *src, int64_t ld, int cols, int64_t kc,
+                                     int width, double *dst);
 
 /* A micro-kernel with its tile (mr x nr) and the cache blocking that suits
  * it, in elements: an mc x kc block of A for L2, a kc x nc slice of B; and
- * the packing of rows into panel columns for its ISA, or NULL when the
- * portable loop serves. */
+ * the packings for its ISA, each NULL when the portable loop serves. */
 struct tg__ukr_f32 {
     int mr, nr, mc, kc, nc;
     tg__ukr_f32_fn fn;
     tg__pack_rows_f32_fn pack_rows;
+    tg__pack_cols_f32_fn pack_cols;
 };
 struct tg__ukr_f64 {
     int mr, nr, mc, kc, nc;
     tg__ukr_f64_fn fn;
     tg__pack_rows_f64_fn pack_rows;
+    tg__pack_cols_f64_fn pack_cols;
 };
 
 /* Whether this build has kernels for isa and the CPU runs them. */
