@@ -11,6 +11,7 @@
 #include "kernels.h"
 #include "layer_norm.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static int check_args(const char *fn, const tg_tensor *x, const tg_tensor *w,
@@ -49,6 +50,30 @@ static int bias_grad(const tg_tensor *gc, tg_tensor **db)
     return *db ? 0 : -1;
 }
 
+/* dw = gc^T @ xv (float32, contiguous, gc [rows, out], xv [rows, in]) and
+ * *db = gc summed over its rows, from one pass of the packed kernel over
+ * gc: 0, 1 when tg__sgemm_weight_grads declines (nothing done), or -1 when
+ * out of memory. */
+static int weight_and_bias_grads(const tg_tensor *gc, const tg_tensor *xv, int64_t rows,
+                                 int64_t out, int64_t in, tg_tensor *dw, tg_tensor **db)
+{
+    double *sums = malloc((size_t)(out > 0 ? out : 1) * sizeof *sums);
+    int rc = sums ? tg__sgemm_weight_grads(rows, out, in, tg__ptr(gc), tg__ptr(xv), tg__ptr(dw),
+                                           sums)
+                  : -1;
+    tg_tensor *b = rc == 0 ? tg__empty_uninit(TG_FLOAT32, 1, (int64_t[]){out}) : NULL;
+    if (rc == 0 && !b)
+        rc = -1;
+    if (b) {
+        float *bp = tg__ptr(b);
+        for (int64_t j = 0; j < out; j++)
+            bp[j] = (float)sums[j];
+        *db = tg__ret(b);
+    }
+    free(sums);
+    return rc;
+}
+
 /* The gradients of y = xv @ w^T + b given gy, with xv the values the product
  * read (x itself, or a function of it), w = inputs[wi] and b = inputs[wi+1].
  * dxv [..., in] when want_dxv: added into into when that is given (a
@@ -75,10 +100,17 @@ static int product_grads(tg_node *n, int wi, const tg_tensor *gy, const tg_tenso
                                            tg__ptr(gc), out, tg__ptr(wc), in, beta_dx,
                                            tg__ptr(dx), in) < 0)
         rc = -1;
-    if (rc == 0 && dw && !both && tg__gemm(xv->dtype, false, true, false, out, in, rows, 1.0,
-                                  tg__ptr(gc), out, tg__ptr(xv), in, 0.0, tg__ptr(dw), in) < 0)
+    /* float32 dw and dbias together where the packed kernel can */
+    int fused = rc == 0 && dw && !both && needs[1] && xv->dtype == TG_FLOAT32
+                    ? weight_and_bias_grads(gc, xv, rows, out, in, dw, &grads[1])
+                    : 1;
+    if (fused < 0)
         rc = -1;
-    if (rc == 0 && needs[1])
+    if (rc == 0 && fused == 1 && dw && !both &&
+        tg__gemm(xv->dtype, false, true, false, out, in, rows, 1.0, tg__ptr(gc), out,
+                 tg__ptr(xv), in, 0.0, tg__ptr(dw), in) < 0)
+        rc = -1;
+    if (rc == 0 && fused == 1 && needs[1])
         rc = bias_grad(gc, &grads[1]);
     tg_release(gc);
     tg_release(wc);

@@ -53,6 +53,15 @@ int tg__dgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 int tg__sgemm_bias(bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                    const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc);
 
+/* A Linear's weight and bias gradients, float32, in one pass over gy: dw
+ * [out, in] = gy^T @ x for gy [rows, out] and x [rows, in] (contiguous),
+ * and gy_sums[j] = the sum of gy's column j, added row by row in double
+ * (the bits of tg_sum's), made as the packed kernel packs gy. Returns 1
+ * having done nothing where tg__sgemm_bias would (the caller then makes
+ * them apart), else 0, or -1 when out of memory. */
+int tg__sgemm_weight_grads(int64_t rows, int64_t out, int64_t in, const float *gy,
+                           const float *x, float *dw, double *gy_sums);
+
 /* float32 products whose op(A) has 1 to TG_GEMM_THIN_M rows (and n, k > 0):
  * B streams through once instead of being packed. tg__sgemm and
  * tg__sgemm_builtin send such products here. Same contract. */

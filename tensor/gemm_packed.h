@@ -3,40 +3,62 @@
  * once per type after defining GEMM_T, GEMM_FN(name) and GEMM_UKR (the
  * kernel descriptor type). No include guard on purpose. */
 
+/* asum[r] += the elements of row r of the panel pa (kc deep, mr wide, h
+ * rows used), one by one in double in the order of p: piece after piece,
+ * the sum of the whole row as a loop over it would make it. */
+static void GEMM_FN(sum_panel)(int mr, int h, int64_t kc, const GEMM_T *pa, double *asum)
+{
+    double s[32] = {0}; /* mr <= 32 */
+    for (int r = 0; r < h; r++)
+        s[r] = asum[r];
+    for (int64_t p = 0; p < kc; p++)
+        for (int r = 0; r < mr; r++)
+            s[r] += (double)pa[p * mr + r];
+    for (int r = 0; r < h; r++)
+        asum[r] = s[r];
+}
+
+/* One mr-row panel of op(A), the portable way: rows [i0, i0+h) x cols
+ * [p0, p0+kc), stored [kc][mr]; rows past h are zero. */
+static void GEMM_FN(pack_a_panel)(int mr, int h, bool trans, const GEMM_T *a, int64_t lda,
+                                  int64_t i0, int64_t p0, int64_t kc, GEMM_T *restrict pa)
+{
+    for (int64_t p = 0; p < kc; p++) {
+        GEMM_T *dst = pa + p * mr;
+        if (trans) { /* op(A)(i, p) = a[p * lda + i]: contiguous in i */
+            const GEMM_T *src = a + (p0 + p) * lda + i0;
+            for (int r = 0; r < h; r++)
+                dst[r] = src[r];
+        } else {
+            const GEMM_T *src = a + i0 * lda + p0 + p;
+            for (int r = 0; r < h; r++)
+                dst[r] = src[r * lda];
+        }
+        for (int r = h; r < mr; r++)
+            dst[r] = 0;
+    }
+}
+
 /* rows [i0, i0+rows) x cols [p0, p0+kc) of op(A) as consecutive mr-row
- * panels, each [kc][mr]; the last panel's missing rows are zero. */
+ * panels, each [kc][mr]; the last panel's missing rows are zero. With
+ * asum, asum[i0 + i] also gathers the sum of each row's elements packed. */
 static void GEMM_FN(pack_a_blk)(const GEMM_UKR *u, bool trans, const GEMM_T *a, int64_t lda,
                                 int64_t i0, int64_t rows, int64_t p0, int64_t kc,
-                                GEMM_T *restrict pa)
+                                GEMM_T *restrict pa, double *asum)
 {
     const int mr = u->mr;
     for (int64_t i = 0; i < rows; i += mr, pa += mr * kc) {
         int h = rows - i < mr ? (int)(rows - i) : mr;
-        if (!trans && u->pack_rows) {
+        if (!trans && u->pack_rows)
             u->pack_rows(a + (i0 + i) * lda + p0, lda, h, kc, mr, pa);
-            continue;
-        }
-        if (trans && u->pack_cols) {
+        else if (trans && u->pack_cols)
             u->pack_cols(a + p0 * lda + i0 + i, lda, h, kc, mr, pa);
-            continue;
-        }
-        for (int64_t p = 0; p < kc; p++) {
-            GEMM_T *dst = pa + p * mr;
-            if (trans) { /* op(A)(i, p) = a[p * lda + i]: contiguous in i */
-                const GEMM_T *src = a + (p0 + p) * lda + i0 + i;
-                for (int r = 0; r < h; r++)
-                    dst[r] = src[r];
-            } else {
-                const GEMM_T *src = a + (i0 + i) * lda + p0 + p;
-                for (int r = 0; r < h; r++)
-                    dst[r] = src[r * lda];
-            }
-            for (int r = h; r < mr; r++)
-                dst[r] = 0;
-        }
+        else
+            GEMM_FN(pack_a_panel)(mr, h, trans, a, lda, i0 + i, p0, kc, pa);
+        if (asum)
+            GEMM_FN(sum_panel)(mr, h, kc, pa, asum + i0 + i);
     }
 }
-
 /* One nr-column panel of op(B): rows [p0, p0+kc) x cols [j0, j0+w), stored
  * [kc][nr]; columns past w are zero. */
 static void GEMM_FN(pack_b_panel)(const GEMM_UKR *u, bool trans, const GEMM_T *b, int64_t ldb,
@@ -70,19 +92,20 @@ static void GEMM_FN(pack_b_panel)(const GEMM_UKR *u, bool trans, const GEMM_T *b
  * piece the chunk's A block is packed into pa; then one B panel (kc x nr)
  * stays in L1 while the A block streams from L2. Edge tiles go through a
  * scratch tile so C is never overrun. beta, and bias (the row added to C's
- * rows, with beta 0, or NULL), apply to the first piece. */
+ * rows, with beta 0, or NULL), apply to the first piece; asum (or NULL)
+ * gathers the sums of the rows of op(A) packed, as pack_a_blk does. */
 static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int64_t lda,
                            int64_t i0, int64_t mc, int64_t q0, int64_t q1, int64_t ns,
                            int64_t ns_pad, int64_t p0, int64_t ks, const GEMM_T *pb,
                            GEMM_T *pa, GEMM_T alpha, GEMM_T beta, const GEMM_T *bias,
-                           GEMM_T *c, int64_t ldc)
+                           double *asum, GEMM_T *c, int64_t ldc)
 {
     const int mr = u->mr, nr = u->nr;
     GEMM_T tile[16 * 32]; /* mr x nr of the largest kernel */
     for (int64_t pc = 0; pc < ks; pc += u->kc, beta = 1, bias = NULL) {
         int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;
         const GEMM_T *bs = pb + pc * ns_pad;
-        GEMM_FN(pack_a_blk)(u, trans_a, a, lda, i0, mc, p0 + pc, kc, pa);
+        GEMM_FN(pack_a_blk)(u, trans_a, a, lda, i0, mc, p0 + pc, kc, pa, asum);
         for (int64_t q = q0; q < q1; q++) {
             int64_t j = q * nr;
             int w = ns - j < nr ? (int)(ns - j) : nr;
@@ -110,14 +133,15 @@ static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int
  * 0). Per slice of op(B) (up to nc columns x about 2048 deep) the team
  * packs the slice once into a shared buffer, then shares out chunks of C
  * (row blocks, cut into column groups when rows are few), each packing its
- * own A block. The chunks go in equal runs, the first run of rows to the
- * first thread, as the row-split ops before a product leave those rows in
+ * own A block; with asum, the first to pack a row of op(A) also adds it
+ * up into asum[row] (which must start at zero). The chunks go in equal
+ * runs, the first run of rows to the first thread, as the row-split ops before a product leave those rows in
  * that core's cache; a dynamic queue spent 2-3% of a GPT step waiting on
  * the last chunk. */
 static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b, int64_t m,
                            int64_t n, int64_t k, GEMM_T alpha, const GEMM_T *a, int64_t lda,
                            const GEMM_T *b, int64_t ldb, GEMM_T beta, const GEMM_T *bias,
-                           GEMM_T *c, int64_t ldc)
+                           double *asum, GEMM_T *c, int64_t ldc)
 {
     const int mr = u->mr, nr = u->nr;
     const int64_t ks_max = (2048 + u->kc - 1) / u->kc * u->kc;
@@ -172,7 +196,8 @@ static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b
                 GEMM_FN(chunk)(u, trans_a, a, lda, i0, (i1 < m ? i1 : m) - i0,            \
                                j * q_all / g, (j + 1) * q_all / g, ns, ns_pad, ps, ks, pb, \
                                pa, alpha, ps == 0 ? beta : 1,                             \
-                               ps == 0 && bias ? bias + js : NULL, c + js, ldc);          \
+                               ps == 0 && bias ? bias + js : NULL,                        \
+                               js == 0 && j == 0 ? asum : NULL, c + js, ldc);             \
             }                                                                             \
             /* the next slice overwrites pb: wait for its readers (the last              \
              * slice leaves that to the end of the region) */                             \

@@ -777,6 +777,57 @@ START_TEST(packed_product_adds_the_bias_row_once)
 }
 END_TEST
 
+/* tg__sgemm_weight_grads on every ISA path: dw matches the naive gy^T x
+ * and each column sum of gy has the bits of a double loop over the rows in
+ * order, across edge tiles and several kc pieces; where it declines it
+ * returns 1 having written nothing. */
+START_TEST(weight_and_bias_grads_in_one_pass_match_separate_sums)
+{
+    enum tg__gemm_isa isa = isas[_i / 3];
+    static const int64_t shapes[3][3] = {{300, 67, 100}, {1100, 40, 50}, {37, 30, 20}};
+    const int64_t *s = shapes[_i % 3];
+    int64_t rows = s[0], out = s[1], in = s[2];
+    if (!tg__gemm_force_isa(isa))
+        return;
+    float *gy = malloc((size_t)(rows * out) * sizeof *gy);
+    float *x = malloc((size_t)(rows * in) * sizeof *x), *dw = malloc((size_t)(out * in) * sizeof *dw);
+    double *sums = malloc((size_t)out * sizeof *sums);
+    for (int64_t i = 0; i < rows * out; i++)
+        gy[i] = (float)((i * 7919) % 23) / 7.0f - 1.5f;
+    for (int64_t i = 0; i < rows * in; i++)
+        x[i] = (float)((i * 104729) % 19) / 9.0f - 1.0f;
+    for (int64_t i = 0; i < out * in; i++)
+        dw[i] = NAN;
+    for (int64_t j = 0; j < out; j++)
+        sums[j] = NAN;
+    int rc = tg__sgemm_weight_grads(rows, out, in, gy, x, dw, sums);
+    ck_assert(rc == 0 || rc == 1);
+    if (isa == TG_GEMM_ISA_GENERIC || rows * out * in < 64 * 64 * 64)
+        ck_assert_int_eq(rc, 1);
+    else
+        ck_assert_int_eq(rc, 0);
+    for (int64_t j = 0; j < out; j++) {
+        if (rc == 1) {
+            ck_assert(isnan(sums[j]));
+            continue;
+        }
+        double want = 0;
+        for (int64_t r = 0; r < rows; r++)
+            want += (double)gy[r * out + j];
+        ck_assert_msg(sums[j] == want, "sum %lld: %.17g vs %.17g", (long long)j, sums[j], want);
+        for (int64_t c = 0; c < in; c++) {
+            double w = 0;
+            for (int64_t r = 0; r < rows; r++)
+                w += (double)gy[r * out + j] * x[r * in + c];
+            ck_assert_msg(fabs(dw[j * in + c] - w) <= 1e-5 * (1 + sqrt((double)rows)) * (1 + fabs(w)),
+                          "dw (%lld,%lld): %g vs %g", (long long)j, (long long)c, dw[j * in + c], w);
+        }
+    }
+    free(gy), free(x), free(dw), free(sums);
+    ck_assert(tg__gemm_force_isa(TG_GEMM_ISA_AUTO));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("matmul");
@@ -812,6 +863,7 @@ int main(void)
                         3 * N_ISA_SHAPES);
     tcase_add_loop_test(gemm, every_isa_path_handles_beta_zero_and_empty_k, 0, 3);
     tcase_add_loop_test(gemm, packed_product_adds_the_bias_row_once, 0, 3 * N_ISA_SHAPES);
+    tcase_add_loop_test(gemm, weight_and_bias_grads_in_one_pass_match_separate_sums, 0, 9);
     tcase_set_timeout(gemm, 60);
     suite_add_tcase(s, gemm);
     return run_suite(s);
