@@ -170,9 +170,18 @@ static void fill_rows(char *y, const void *b, size_t es, int64_t out, int64_t ro
                 repeat_row(y + (size_t)r0 * row_bytes, b, row_bytes, r1 - r0));
 }
 
-/* y [..., out] = xc @ weight^T + bias, xc contiguous [..., in]. NULL when
- * out of memory. */
-static tg_tensor *product(const tg_tensor *xc, const tg_tensor *weight, const tg_tensor *bias)
+static tg__unary_kind gelu_of(int64_t kind)
+{
+    return kind == TG_GELU_TANH ? TG_UN_GELU_TANH : TG_UN_GELU_ERF;
+}
+
+/* y [..., out] = a @ weight^T + bias with a = xc (contiguous [..., in]) or,
+ * for gelu a tg_gelu_kind rather than -1, a = GELU(xc): in float32 with a
+ * bias the packed kernel applies the tanh form to xc as it packs it, and
+ * GELU(xc) is never stored; elsewhere it is made, used and let go. NULL
+ * when out of memory. */
+static tg_tensor *product(const tg_tensor *xc, const tg_tensor *weight, const tg_tensor *bias,
+                          int gelu)
 {
     int64_t out = weight->shape[0], in = weight->shape[1];
     int64_t rows = tg__numel(xc->ndim - 1, xc->shape);
@@ -184,15 +193,20 @@ static tg_tensor *product(const tg_tensor *xc, const tg_tensor *weight, const tg
     if (y) {
         char *yp = tg__ptr(y);
         /* float32: the bias added as the GEMM writes y, where it can */
-        int rc = bc && xc->dtype == TG_FLOAT32
+        int rc = bc && xc->dtype == TG_FLOAT32 && (gelu < 0 || gelu == TG_GELU_TANH)
                      ? tg__sgemm_bias(true, rows, out, in, tg__ptr(xc), in, tg__ptr(wc), in,
-                                      tg__ptr(bc), (float *)yp, out)
+                                      tg__ptr(bc), gelu < 0 ? NULL : tg__gelu_tanh_f32_inplace,
+                                      (float *)yp, out)
                      : 1;
+        tg_tensor *a = rc == 1 && gelu >= 0 ? tg__unary(xc, gelu_of(gelu), 0) : NULL;
+        if (rc == 1 && gelu >= 0 && !a)
+            rc = -1;
         if (rc == 1 && bc)
             fill_rows(yp, tg__ptr(bc), tg_dtype_size(xc->dtype), out, rows);
         if (rc == 1)
-            rc = tg__gemm(xc->dtype, false, false, true, rows, out, in, 1.0, tg__ptr(xc), in,
-                          tg__ptr(wc), in, bc ? 1.0 : 0.0, yp, out);
+            rc = tg__gemm(xc->dtype, false, false, true, rows, out, in, 1.0,
+                          tg__ptr(a ? a : xc), in, tg__ptr(wc), in, bc ? 1.0 : 0.0, yp, out);
+        tg_release(a);
         if (rc < 0) {
             tg_release(y);
             y = NULL;
@@ -210,18 +224,13 @@ tg_tensor *tg_affine(const tg_tensor *x, const tg_tensor *weight, const tg_tenso
     if (check_args("tg_affine", x, weight, bias) < 0)
         return NULL;
     tg_tensor *xc = tg__contiguous(x);
-    tg_tensor *y = xc ? product(xc, weight, bias) : NULL;
+    tg_tensor *y = xc ? product(xc, weight, bias, -1) : NULL;
     tg_release(xc);
     return tg__finish(y, TG_OP_AFFINE, affine_backward, 3,
                       (const tg_tensor *[]){x, weight, bias}, NULL);
 }
 
 /* ---- the affine map of a GELU ------------------------------------------- */
-
-static tg__unary_kind gelu_of(int64_t kind)
-{
-    return kind == TG_GELU_TANH ? TG_UN_GELU_TANH : TG_UN_GELU_ERF;
-}
 
 /* Rows of h per block in the backward below: at most about 4 MiB of them,
  * the rows shared evenly between the blocks (2048 rows of 1536 floats go
@@ -328,9 +337,7 @@ tg_tensor *tg_gelu_affine(const tg_tensor *h, tg_gelu_kind kind, const tg_tensor
     if (check_args("tg_gelu_affine", h, weight, bias) < 0)
         return NULL;
     tg_tensor *hc = tg__contiguous(h);
-    tg_tensor *a = hc ? tg__unary(hc, gelu_of(kind), 0) : NULL; /* gone after the product */
-    tg_tensor *y = a ? product(a, weight, bias) : NULL;
-    tg_release(a);
+    tg_tensor *y = hc ? product(hc, weight, bias, kind) : NULL;
     tg_release(hc);
     tg_node *node;
     y = tg__finish(y, TG_OP_GELU_AFFINE, gelu_affine_backward, 3,
@@ -401,7 +408,7 @@ tg_tensor *tg_layer_norm_affine(const tg_tensor *x, const tg_tensor *ln_weight,
         return NULL;
     tg_tensor *xc = tg__contiguous(x), *y[3] = {NULL, NULL, NULL};
     tg_tensor *out = xc && normalise(xc, ln_weight, ln_bias, eps, y) == 0
-                         ? product(y[0], weight, bias) : NULL;
+                         ? product(y[0], weight, bias, -1) : NULL;
     for (int i = 0; i < 3; i++)
         tg_release(y[i]); /* the normalised x is gone after the product: the op's point */
     tg_release(xc);

@@ -318,7 +318,7 @@ int tg__sgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
     if (!u || m <= 0 || n <= 0 || k <= 0 || alpha == 0)
         return blocked_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return packed_f32(u, packed_threads(m, n, k), trans_a, trans_b, m, n, k, alpha, a, lda, b,
-                      ldb, beta, NULL, NULL, c, ldc);
+                      ldb, beta, NULL, NULL, NULL, c, ldc);
 }
 
 int tg__dgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
@@ -329,7 +329,7 @@ int tg__dgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
     if (!u || m <= 0 || n <= 0 || k <= 0 || alpha == 0)
         return blocked_f64(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return packed_f64(u, packed_threads(m, n, k), trans_a, trans_b, m, n, k, alpha, a, lda, b,
-                      ldb, beta, NULL, NULL, c, ldc);
+                      ldb, beta, NULL, NULL, NULL, c, ldc);
 }
 
 #if TG_HAVE_BLAS
@@ -380,13 +380,14 @@ int tg__sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
 }
 
 int tg__sgemm_bias(bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                   const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc)
+                   const float *b, int64_t ldb, const float *bias, void (*amap)(float *, int64_t),
+                   float *c, int64_t ldc)
 {
     const struct tg__ukr_f32 *u = simd_kernel_f32();
     if (!u || m <= 0 || n <= 0 || k <= 0 || small_shape(TG_GEMM_TINY_WORK, trans_b, m, n, k))
         return 1;
     return packed_f32(u, packed_threads(m, n, k), false, trans_b, m, n, k, 1.0f, a, lda, b, ldb,
-                      0.0f, bias, NULL, c, ldc);
+                      0.0f, bias, amap, NULL, c, ldc);
 }
 
 int tg__sgemm_weight_grads(int64_t rows, int64_t out, int64_t in, const float *gy,
@@ -398,7 +399,7 @@ int tg__sgemm_weight_grads(int64_t rows, int64_t out, int64_t in, const float *g
         return 1;
     memset(gy_sums, 0, (size_t)out * sizeof *gy_sums);
     return packed_f32(u, packed_threads(out, in, rows), true, false, out, in, rows, 1.0f, gy, out,
-                      x, in, 0.0f, NULL, gy_sums, dw, in);
+                      x, in, 0.0f, NULL, NULL, gy_sums, dw, in);
 }
 
 int tg__dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,

@@ -45,13 +45,17 @@ int tg__dgemm_builtin(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       double beta, double *c, int64_t ldc);
 
 /* C = A @ op(B) + bias, float32: the row bias[0..n) is added to every row
- * of C as the packed kernel writes it, in the one pass over C. A product
+ * of C as the packed kernel writes it, in the one pass over C. With amap,
+ * C = amap(A) @ op(B) + bias: amap(x, n) maps n floats in place (and 0 to
+ * 0), applied to the panels of A as they are packed, so amap(A) is never
+ * stored. A product
  * that the thin, tiny or narrow kernels take, or a CPU without the packed
  * kernel's SIMD code, returns 1 having done nothing: the caller then fills
- * C's rows with bias and calls tg__sgemm with beta 1. Else 0, or -1 when
- * out of memory. */
+ * C's rows with bias and calls tg__sgemm with beta 1 (on amap(A)). Else 0,
+ * or -1 when out of memory. */
 int tg__sgemm_bias(bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                   const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc);
+                   const float *b, int64_t ldb, const float *bias, void (*amap)(float *, int64_t),
+                   float *c, int64_t ldc);
 
 /* A Linear's weight and bias gradients, float32, in one pass over gy: dw
  * [out, in] = gy^T @ x for gy [rows, out] and x [rows, in] (contiguous),

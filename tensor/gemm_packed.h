@@ -39,12 +39,17 @@ static void GEMM_FN(pack_a_panel)(int mr, int h, bool trans, const GEMM_T *a, in
     }
 }
 
+/* A map applied to every packed element of op(A) (it must send 0 to 0, the
+ * padding), or NULL. */
+typedef void (*GEMM_FN(amap_fn))(GEMM_T *x, int64_t n);
+
 /* rows [i0, i0+rows) x cols [p0, p0+kc) of op(A) as consecutive mr-row
- * panels, each [kc][mr]; the last panel's missing rows are zero. With
- * asum, asum[i0 + i] also gathers the sum of each row's elements packed. */
+ * panels, each [kc][mr]; the last panel's missing rows are zero. amap (or
+ * NULL) then maps each panel in place; with asum, asum[i0 + i] gathers the
+ * sum of each row's elements packed. */
 static void GEMM_FN(pack_a_blk)(const GEMM_UKR *u, bool trans, const GEMM_T *a, int64_t lda,
                                 int64_t i0, int64_t rows, int64_t p0, int64_t kc,
-                                GEMM_T *restrict pa, double *asum)
+                                GEMM_T *restrict pa, GEMM_FN(amap_fn) amap, double *asum)
 {
     const int mr = u->mr;
     for (int64_t i = 0; i < rows; i += mr, pa += mr * kc) {
@@ -55,6 +60,8 @@ static void GEMM_FN(pack_a_blk)(const GEMM_UKR *u, bool trans, const GEMM_T *a, 
             u->pack_cols(a + p0 * lda + i0 + i, lda, h, kc, mr, pa);
         else
             GEMM_FN(pack_a_panel)(mr, h, trans, a, lda, i0 + i, p0, kc, pa);
+        if (amap)
+            amap(pa, mr * kc);
         if (asum)
             GEMM_FN(sum_panel)(mr, h, kc, pa, asum + i0 + i);
     }
@@ -92,20 +99,20 @@ static void GEMM_FN(pack_b_panel)(const GEMM_UKR *u, bool trans, const GEMM_T *b
  * piece the chunk's A block is packed into pa; then one B panel (kc x nr)
  * stays in L1 while the A block streams from L2. Edge tiles go through a
  * scratch tile so C is never overrun. beta, and bias (the row added to C's
- * rows, with beta 0, or NULL), apply to the first piece; asum (or NULL)
- * gathers the sums of the rows of op(A) packed, as pack_a_blk does. */
+ * rows, with beta 0, or NULL), apply to the first piece; amap and asum (or
+ * NULL) are pack_a_blk's. */
 static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int64_t lda,
                            int64_t i0, int64_t mc, int64_t q0, int64_t q1, int64_t ns,
                            int64_t ns_pad, int64_t p0, int64_t ks, const GEMM_T *pb,
                            GEMM_T *pa, GEMM_T alpha, GEMM_T beta, const GEMM_T *bias,
-                           double *asum, GEMM_T *c, int64_t ldc)
+                           GEMM_FN(amap_fn) amap, double *asum, GEMM_T *c, int64_t ldc)
 {
     const int mr = u->mr, nr = u->nr;
     GEMM_T tile[16 * 32]; /* mr x nr of the largest kernel */
     for (int64_t pc = 0; pc < ks; pc += u->kc, beta = 1, bias = NULL) {
         int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;
         const GEMM_T *bs = pb + pc * ns_pad;
-        GEMM_FN(pack_a_blk)(u, trans_a, a, lda, i0, mc, p0 + pc, kc, pa, asum);
+        GEMM_FN(pack_a_blk)(u, trans_a, a, lda, i0, mc, p0 + pc, kc, pa, amap, asum);
         for (int64_t q = q0; q < q1; q++) {
             int64_t j = q * nr;
             int w = ns - j < nr ? (int)(ns - j) : nr;
@@ -130,7 +137,7 @@ static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int
 
 /* The whole product (gemm.h's contract) with kernel u on up to nt threads,
  * plus bias[0..n) on every row of C when bias is given (beta must then be
- * 0). Per slice of op(B) (up to nc columns x about 2048 deep) the team
+ * 0), of amap(op(A)) when amap is given. Per slice of op(B) (up to nc columns x about 2048 deep) the team
  * packs the slice once into a shared buffer, then shares out chunks of C
  * (row blocks, cut into column groups when rows are few), each packing its
  * own A block; with asum, the first to pack a row of op(A) also adds it
@@ -141,7 +148,7 @@ static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int
 static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b, int64_t m,
                            int64_t n, int64_t k, GEMM_T alpha, const GEMM_T *a, int64_t lda,
                            const GEMM_T *b, int64_t ldb, GEMM_T beta, const GEMM_T *bias,
-                           double *asum, GEMM_T *c, int64_t ldc)
+                           GEMM_FN(amap_fn) amap, double *asum, GEMM_T *c, int64_t ldc)
 {
     const int mr = u->mr, nr = u->nr;
     const int64_t ks_max = (2048 + u->kc - 1) / u->kc * u->kc;
@@ -196,7 +203,7 @@ static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b
                 GEMM_FN(chunk)(u, trans_a, a, lda, i0, (i1 < m ? i1 : m) - i0,            \
                                j * q_all / g, (j + 1) * q_all / g, ns, ns_pad, ps, ks, pb, \
                                pa, alpha, ps == 0 ? beta : 1,                             \
-                               ps == 0 && bias ? bias + js : NULL,                        \
+                               ps == 0 && bias ? bias + js : NULL, amap,                  \
                                js == 0 && j == 0 ? asum : NULL, c + js, ldc);             \
             }                                                                             \
             /* the next slice overwrites pb: wait for its readers (the last              \

@@ -52,6 +52,11 @@ tg_tensor *tg__unary(const tg_tensor *x, tg__unary_kind kind, double arg);
 void tg__gelu_with_grad(tg_dtype dtype, bool tanh_form, const void *h, void *a, void *d,
                         int64_t n);
 
+/* x[i] = GELU(x[i]), the tanh form, on n float32 elements on the calling
+ * thread, in tg__unary's arithmetic: for a GEMM that applies it to the
+ * panels of A it packs (tg__sgemm_bias). */
+void tg__gelu_tanh_f32_inplace(float *x, int64_t n);
+
 /* Sums x over the dims flagged in reduce[] (keepdim shape). New tensor.
  * (tensor/reduce.c) */
 tg_tensor *tg__sum_dims(const tg_tensor *x, const bool *reduce);

@@ -324,6 +324,13 @@ tg_tensor *tg__unary(const tg_tensor *x, tg__unary_kind kind, double arg)
     return out;
 }
 
+TG_VECTOR_CLONES
+void tg__gelu_tanh_f32_inplace(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = gelu_tanh_f32(x[i]);
+}
+
 /* ---- GELU and its gradient together --------------------------------------------- */
 
 /* a = GELU(h) and d *= GELU'(h) on n float32 elements, the tanh form: one

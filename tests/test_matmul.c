@@ -725,11 +725,23 @@ START_TEST(affine_adds_the_bias_to_every_row)
 }
 END_TEST
 
+/* A map for tg__sgemm_bias to apply to A: x^2 + x, which keeps 0. */
+static float square_plus(float x)
+{
+    return x * x + x;
+}
+static void map_square_plus(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = square_plus(x[i]);
+}
+
 /* tg__sgemm_bias on every ISA path: the bias row is added once to every row
- * (with several kc pieces and B slices too), the NaN C held is never read
- * and the padding between rows is not touched. Where it declines (no SIMD
- * kernel, or a product for the thin, tiny or narrow kernels) it returns 1
- * and leaves C as it was. */
+ * (with several kc pieces and B slices too), the map (on the second pass)
+ * reaches every element of A once, the NaN C held is never read and the
+ * padding between rows is not touched. Where it declines (no SIMD kernel,
+ * or a product for the thin, tiny or narrow kernels) it returns 1 and
+ * leaves C as it was. */
 START_TEST(packed_product_adds_the_bias_row_once)
 {
     enum tg__gemm_isa isa = isas[_i / N_ISA_SHAPES];
@@ -737,7 +749,8 @@ START_TEST(packed_product_adds_the_bias_row_once)
     int64_t m = s[0], n = s[1], k = s[2], ldc = n + 3;
     if (!tg__gemm_force_isa(isa))
         return;
-    for (int tb = 0; tb < 2; tb++) {
+    for (int pass = 0; pass < 4; pass++) {
+        bool tb = pass % 2, mapped = pass >= 2;
         int64_t lda = k + 1, ldb = tb ? k + 2 : n + 2;
         float *a = malloc((size_t)(m * lda) * sizeof *a);
         float *b = malloc((size_t)((tb ? n : k) * ldb) * sizeof *b);
@@ -750,7 +763,8 @@ START_TEST(packed_product_adds_the_bias_row_once)
             bias[j] = (float)(j % 7) - 3.5f;
         for (int64_t i = 0; i < m * ldc; i++)
             c[i] = NAN;
-        int rc = tg__sgemm_bias(tb, m, n, k, a, lda, b, ldb, bias, c, ldc);
+        int rc = tg__sgemm_bias(tb, m, n, k, a, lda, b, ldb, bias,
+                                mapped ? map_square_plus : NULL, c, ldc);
         ck_assert(rc == 0 || rc == 1);
         if (isa == TG_GEMM_ISA_GENERIC)
             ck_assert_int_eq(rc, 1);
@@ -765,7 +779,8 @@ START_TEST(packed_product_adds_the_bias_row_once)
                 }
                 double want = bias[j];
                 for (int64_t p = 0; p < k; p++)
-                    want += (double)a[i * lda + p] * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+                    want += (double)(mapped ? square_plus(a[i * lda + p]) : a[i * lda + p]) *
+                            (tb ? b[j * ldb + p] : b[p * ldb + j]);
                 ck_assert_msg(fabs(got - want) <= 1e-5 * (1 + sqrt((double)k)) * (1 + fabs(want)),
                               "%lldx%lldx%lld tb=%d (%lld,%lld): %g vs %g", (long long)m,
                               (long long)n, (long long)k, tb, (long long)i, (long long)j, got,
