@@ -1,7 +1,7 @@
-/* Row-major GEMM on raw buffers (see gemm.h): cblas_sgemm/cblas_dgemm when
- * the build found OpenBLAS, else the built-in kernel: packed SIMD panels
- * (gemm_packed.h, gemm_x86.c) where the CPU allows, the portable blocked
- * kernel of gemm_kernel.h elsewhere. */
+/* Row-major GEMM on raw buffers (see gemm.h): the small kernels
+ * (gemm_small.c), packed SIMD panels (gemm_packed.h, gemm_x86.c) where the
+ * CPU allows, the portable blocked kernel of gemm_kernel.h elsewhere, and
+ * cblas_sgemm/cblas_dgemm for what the build's OpenBLAS is ahead on. */
 #include "gemm.h"
 #include "gemm_x86.h"
 #include "internal.h"

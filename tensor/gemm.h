@@ -1,6 +1,7 @@
 /* The library's one matrix-multiply entry: row-major GEMM on raw float or
- * double buffers, through OpenBLAS when the build has it and a built-in
- * cache-blocked kernel otherwise. Never installed; tg_matmul calls it. */
+ * double buffers, through the built-in kernels or OpenBLAS, whichever is
+ * ahead for the product (tg__sgemm and tg__dgemm say which). Never
+ * installed; tg_matmul calls it. */
 #ifndef TG_GEMM_H
 #define TG_GEMM_H
 
@@ -9,7 +10,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* C = alpha * op(A) @ op(B) + beta * C, all row-major.
+/* C = alpha * op(A) @ op(B) + beta * C, all row-major. Float32: thin, tiny
+ * and narrow products to gemm_small.c, the rest to the packed kernel where
+ * it has SIMD code, except those with A transposed, which go to OpenBLAS
+ * when the build has it. Float64: OpenBLAS when the build has it.
  *
  *   op(A) is M x K: A itself stored M x K with row stride lda, or, with
  *         trans_a, the transpose of A stored K x M with row stride lda;
