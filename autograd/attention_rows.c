@@ -115,12 +115,13 @@ void tg__attn_scaled_copy(tg_dtype dtype, void *dst, const void *src, int64_t n,
 }
 
 TG_VECTOR_CLONES
-void tg__attn_row_dots(tg_dtype dtype, const void *x, const void *y, int64_t rows, int64_t n,
-                       double *dsum)
+void tg__attn_row_dots(tg_dtype dtype, const void *x, int64_t ldx, const void *y, int64_t ldy,
+                       int64_t rows, int64_t n, double *dsum)
 {
-    size_t row = (size_t)n * tg_dtype_size(dtype);
+    size_t es = tg_dtype_size(dtype);
     for (int64_t i = 0; i < rows; i++)
-        dsum[i] = row_dot(dtype, (const char *)x + i * row, (const char *)y + i * row, n);
+        dsum[i] = row_dot(dtype, (const char *)x + (size_t)(i * ldx) * es,
+                          (const char *)y + (size_t)(i * ldy) * es, n);
 }
 
 /* ---- float32 tiles without dropout ------------------------------------------ */

@@ -27,9 +27,10 @@ double tg__attn_exp_row(tg_dtype dtype, void *t, double shift, int64_t nc);
 /* dst[0..n) = f * src[0..n), both in dtype (they may be the same span). */
 void tg__attn_scaled_copy(tg_dtype dtype, void *dst, const void *src, int64_t n, double f);
 
-/* dsum[i] = sum_e x[i, e] y[i, e] over rows of n, in double. */
-void tg__attn_row_dots(tg_dtype dtype, const void *x, const void *y, int64_t rows, int64_t n,
-                       double *dsum);
+/* dsum[i] = sum_e x[i, e] y[i, e] over rows of n, in double; x's rows are
+ * ldx elements apart, y's ldy. */
+void tg__attn_row_dots(tg_dtype dtype, const void *x, int64_t ldx, const void *y, int64_t ldy,
+                       int64_t rows, int64_t n, double *dsum);
 
 /* One float32 tile without dropout in an online softmax: scores t [nr, ldt]
  * (ldt >= nc rounded up to TG_ATTN_ROW_PAD) become exp(s - m) for each

@@ -235,6 +235,21 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
                         const tg_tensor *mask, bool is_causal, double scale, double dropout_p,
                         tg_rng *rng);
 
+/* tg_attention of the heads packed in one projection, as a self-attention
+ * layer's fused q, k, v Linear makes them: qkv [B, T, 3 * heads * E] holds
+ * q, k and v one after another in its last dim, each [B, T, heads * E]
+ * with head h at columns h * E.. of its part. Returns [B, T, heads * E],
+ * the heads merged (head h at columns h * E..). The same values, and the
+ * same dropout mask for the same rng, as tg_attention on the heads split
+ * out with narrow, reshape and transpose(1, 2), merged back with
+ * transpose(1, 2) and reshape; backward writes the gradients of q, k and v
+ * into one gradient of qkv instead of three added into it. No mask: only
+ * is_causal. Errors: TG_ERR_NULL (qkv; rng with dropout), TG_ERR_DTYPE
+ * (not float), TG_ERR_SHAPE (qkv not 3-D, or its last dim not 3 * heads *
+ * E), TG_ERR_VALUE (heads < 1, scale not finite, dropout_p outside [0, 1)). */
+tg_tensor *tg_attention_qkvpacked(const tg_tensor *qkv, int64_t heads, bool is_causal,
+                                  double scale, double dropout_p, tg_rng *rng);
+
 /* ---- gradient checking (autograd/gradcheck.c) ------------------------------ */
 
 /* The function under test: builds an output from the n inputs using any

@@ -3,7 +3,10 @@
  * neither pass holds more than a [BR, BC] tile of scores; backward recomputes
  * the tiles from q, k and the per-row logsumexp saved by the forward, and the
  * dropout mask from its key. A short problem, one tile per batch, keeps its
- * weights instead. The row arithmetic on a tile is attention_rows.c's. */
+ * weights instead. The row arithmetic on a tile is attention_rows.c's. Two
+ * ops share the passes: tg_attention on q, k and v, and
+ * tg_attention_qkvpacked on the one [B, T, 3 H E] projection they come
+ * from, whose backward writes the three gradients into one. */
 #include "attention_rows.h"
 #include "dropout_mask.h"
 #include "fastmath.h"
@@ -342,12 +345,16 @@ static int forward_all(const attn_plan *p, char *out, double *lse)
 /* ---- backward ------------------------------------------------------------ */
 
 /* Gradients of one batch b: dq [L, E], dk [S, E], dv [S, Ev] (this
- * batch's slices, which backward_batch zeroes first), from go [L, Ev] and o [L, Ev] (this batch's upstream
- * gradient and output) and lse. dk, dv may be NULL when not needed. */
+ * batch's slices, which backward_batch zeroes first), from go [L, Ev] and o
+ * [L, Ev] (this batch's upstream gradient and output) and lse. Each has its
+ * own row stride (elements): the gradients may be written straight into the
+ * packed or head-interleaved layouts that their users hold. dq, dk, dv may
+ * be NULL when not needed, o when the weights were kept. */
 typedef struct {
     const char *go, *o;
     const double *lse;
     char *dq, *dk, *dv;
+    int64_t go_rs, o_rs, dq_rs, dk_rs, dv_rs;
 } grad_slices;
 
 /* z[c] = the scale dropout gave key j0 + c of row i in batch b: 0 or keep
@@ -411,6 +418,17 @@ static void grad_tile(const attn_plan *p, scratch *w, const double *lse, const d
     }
 }
 
+/* rows rows of cols elements (es bytes each), ld elements apart, set to 0. */
+static void zero_rows(char *x, int64_t rows, int64_t cols, int64_t ld, size_t es)
+{
+    if (ld == cols) {
+        memset(x, 0, (size_t)(rows * cols) * es);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        memset(x + (size_t)(r * ld) * es, 0, (size_t)cols * es);
+}
+
 /* backward_batch's products when the forward kept the weights P [L, wld]
  * of batch b (one tile): dPd = dO V^T, dS = P (dPd - D), and the three
  * gradients from P and dS, with nothing recomputed and no need of O. */
@@ -420,21 +438,21 @@ static int backward_kept(const attn_plan *p, scratch *w, int64_t b, const grad_s
     int64_t nr = p->L, nc = key_end(p, p->L), S = p->wld;
     const float *P = p->weights + b * p->L * S;
     float *ds = w->t, *dpd = w->t2;
-    if (tg__sgemm_builtin(false, true, nr, nc, p->Ev, 1.0f, (const float *)g->go, p->Ev, v,
+    if (tg__sgemm_builtin(false, true, nr, nc, p->Ev, 1.0f, (const float *)g->go, g->go_rs, v,
                           p->vrs, 0.0f, dpd, BC) < 0)
         return -1;
     tg__attn_kept_ds(P, S, dpd, BC, ds, BC, nr, nc);
     bool diag = on_diagonal(p, 0, 0, nc);
     int rc = 0;
     if (g->dv)
-        rc |= tile_product(p, diag, true, nc, p->Ev, nr, 1.0, P, S, g->go, p->Ev, 1.0, g->dv,
-                           p->Ev, 0, INT64_MAX);
+        rc |= tile_product(p, diag, true, nc, p->Ev, nr, 1.0, P, S, g->go, g->go_rs, 1.0, g->dv,
+                           g->dv_rs, 0, INT64_MAX);
     if (g->dk)
         rc |= tile_product(p, diag, true, nc, p->E, nr, p->scale, ds, BC, q, p->qrs, 1.0, g->dk,
-                           p->E, 0, INT64_MAX);
+                           g->dk_rs, 0, INT64_MAX);
     if (g->dq)
         rc |= tile_product(p, diag, false, nr, p->E, nc, p->scale, ds, BC, k, p->krs, 1.0, g->dq,
-                           p->E, INT64_MIN, 0);
+                           g->dq_rs, INT64_MIN, 0);
     return rc < 0 ? -1 : 0;
 }
 
@@ -448,25 +466,26 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
     const char *v = p->v + (size_t)batch_off(p, p->vb, b) * es;
     /* The slices start at zero, cleared here by the thread that fills them. */
     if (g->dq)
-        memset(g->dq, 0, (size_t)(p->L * p->E) * es);
+        zero_rows(g->dq, p->L, p->E, g->dq_rs, es);
     if (g->dk)
-        memset(g->dk, 0, (size_t)(p->S * p->E) * es);
+        zero_rows(g->dk, p->S, p->E, g->dk_rs, es);
     if (g->dv)
-        memset(g->dv, 0, (size_t)(p->S * p->Ev) * es);
+        zero_rows(g->dv, p->S, p->Ev, g->dv_rs, es);
     if (p->weights)
         return backward_kept(p, w, b, g, (const float *)q, (const float *)k, (const float *)v);
     /* D[i] = sum_e dO[i,e] O[i,e]: the rowsum(dP * P) of the softmax backward. */
-    tg__attn_row_dots(dt, g->go, g->o, p->L, p->Ev, dsum);
+    tg__attn_row_dots(dt, g->go, g->go_rs, g->o, g->o_rs, p->L, p->Ev, dsum);
     for (int64_t r0 = 0; r0 < p->L; r0 += BR) {
         int64_t nr = p->L - r0 < BR ? p->L - r0 : BR;
-        const char *qi = q + (size_t)(r0 * p->qrs) * es, *goi = g->go + (size_t)(r0 * p->Ev) * es;
+        const char *qi = q + (size_t)(r0 * p->qrs) * es;
+        const char *goi = g->go + (size_t)(r0 * g->go_rs) * es;
         for (int64_t j0 = 0, jend = key_end(p, r0 + nr); j0 < jend; j0 += BC) {
             int64_t nc = jend - j0 < BC ? jend - j0 : BC;
             const char *kj = k + (size_t)(j0 * p->krs) * es, *vj = v + (size_t)(j0 * p->vrs) * es;
             int rc = score_tile(p, b, r0, nr, j0, nc, w->t);
             /* dPd = dO_i V_j^T [nr, nc] */
-            rc |= tg__gemm(dt, true, false, true, nr, nc, p->Ev, 1.0, goi, p->Ev, vj, p->vrs, 0.0,
-                           w->t2, BC);
+            rc |= tg__gemm(dt, true, false, true, nr, nc, p->Ev, 1.0, goi, g->go_rs, vj, p->vrs,
+                           0.0, w->t2, BC);
             if (rc < 0)
                 return -1;
             grad_tile(p, w, g->lse + r0, dsum + r0, b, r0, j0, nr, nc); /* t = dS, t2 = Pd */
@@ -476,14 +495,17 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
             bool diag = on_diagonal(p, r0, j0, nc);
             int64_t d = r0 - j0;
             if (g->dv)
-                rc |= tile_product(p, diag, true, nc, p->Ev, nr, 1.0, w->t2, BC, goi, p->Ev, 1.0,
-                                   g->dv + (size_t)(j0 * p->Ev) * es, p->Ev, -d, INT64_MAX);
+                rc |= tile_product(p, diag, true, nc, p->Ev, nr, 1.0, w->t2, BC, goi, g->go_rs,
+                                   1.0, g->dv + (size_t)(j0 * g->dv_rs) * es, g->dv_rs, -d,
+                                   INT64_MAX);
             if (g->dk)
                 rc |= tile_product(p, diag, true, nc, p->E, nr, p->scale, w->t, BC, qi, p->qrs,
-                                   1.0, g->dk + (size_t)(j0 * p->E) * es, p->E, -d, INT64_MAX);
+                                   1.0, g->dk + (size_t)(j0 * g->dk_rs) * es, g->dk_rs, -d,
+                                   INT64_MAX);
             if (g->dq)
                 rc |= tile_product(p, diag, false, nr, p->E, nc, p->scale, w->t, BC, kj, p->krs,
-                                   1.0, g->dq + (size_t)(r0 * p->E) * es, p->E, INT64_MIN, d);
+                                   1.0, g->dq + (size_t)(r0 * g->dq_rs) * es, g->dq_rs, INT64_MIN,
+                                   d);
             if (rc < 0)
                 return -1;
         }
@@ -491,10 +513,35 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
     return 0;
 }
 
-/* Parallel over batches: each owns its slices of dq, dk and dv. */
-static int backward_all(const attn_plan *p, const grad_slices *g)
+/* Where the whole backward reads and writes: at, the slices of batch 0,
+ * and the batch strides over bshape of go, o, dq, dk and dv. */
+typedef struct {
+    grad_slices at;
+    int64_t gob[TG_MAX_DIMS], ob[TG_MAX_DIMS], dqb[TG_MAX_DIMS], dkb[TG_MAX_DIMS],
+        dvb[TG_MAX_DIMS];
+} grad_layout;
+
+/* g's slices of batch b. */
+static grad_slices batch_slices(const attn_plan *p, const grad_layout *g, int64_t b)
 {
     size_t es = esize(p);
+    grad_slices s = g->at;
+    s.go += (size_t)batch_off(p, g->gob, b) * es;
+    s.lse += b * p->L;
+    if (s.o)
+        s.o += (size_t)batch_off(p, g->ob, b) * es;
+    if (s.dq)
+        s.dq += (size_t)batch_off(p, g->dqb, b) * es;
+    if (s.dk)
+        s.dk += (size_t)batch_off(p, g->dkb, b) * es;
+    if (s.dv)
+        s.dv += (size_t)batch_off(p, g->dvb, b) * es;
+    return s;
+}
+
+/* Parallel over batches: each owns its slices of dq, dk and dv. */
+static int backward_all(const attn_plan *p, const grad_layout *g)
+{
     bool par = p->nb > 1 && (double)p->nb * p->L * p->S * (p->E + p->Ev) > PAR_MIN;
     int failed = 0;
     (void)par;
@@ -505,12 +552,7 @@ static int backward_all(const attn_plan *p, const grad_slices *g)
         int bad = scratch_new(&w, p) < 0 || !dsum;
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < p->nb; b++) {
-            grad_slices gb = {
-                g->go + (size_t)(b * p->L * p->Ev) * es,
-                g->o ? g->o + (size_t)(b * p->L * p->Ev) * es : NULL,
-                g->lse + b * p->L, g->dq ? g->dq + (size_t)(b * p->L * p->E) * es : NULL,
-                g->dk ? g->dk + (size_t)(b * p->S * p->E) * es : NULL,
-                g->dv ? g->dv + (size_t)(b * p->S * p->Ev) * es : NULL};
+            grad_slices gb = batch_slices(p, g, b);
             if (!bad)
                 bad = backward_batch(p, &w, b, &gb, dsum);
         }
@@ -630,49 +672,154 @@ static void plan_dropout(attn_plan *p, double dropout_p, uint64_t key)
     p->keep = 1.0 / (1.0 - dropout_p);
 }
 
-/* node->inputs: q, k, v; saved[0]: an alias of the output, saved[1]: the
- * logsumexp [nb * L] (float64; not filled in when the weights are kept),
- * saved[2]: the mask or NULL, saved[3]: the weights of a short problem
- * (keeps_weights) or NULL, rows of wld; args[0]: the scale, args[1]: the
- * dropout probability; iargs[0]: is_causal, iargs[1]: the dropout key. */
-static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
+/* ---- running the passes ---------------------------------------------------- */
+
+/* A new tensor [bshape, rows, cols] for the output or a gradient, left
+ * unset: with two batch dims [B, H] (heads) its memory is [B, rows, H,
+ * cols], out_row's layout, in which merging the heads with transpose(1, 2)
+ * and reshape costs no copy; otherwise contiguous. */
+static tg_tensor *new_result(const attn_plan *p, int64_t rows, int64_t cols)
+{
+    int64_t shape[TG_MAX_DIMS];
+    memcpy(shape, p->bshape, sizeof shape);
+    shape[p->nbd] = rows, shape[p->nbd + 1] = cols;
+    if (p->nbd != 2)
+        return tg__empty_uninit(p->dtype, p->nbd + 2, shape);
+    int64_t B = shape[0], H = shape[1];
+    tg_tensor *store = tg__empty_uninit(p->dtype, 4, (int64_t[]){B, rows, H, cols});
+    if (!store)
+        return NULL;
+    tg_tensor *t = tg__view(store, 4, shape, (int64_t[]){rows * H * cols, cols, H * cols, 1}, 0);
+    tg_release(store);
+    return t;
+}
+
+/* The forward of p (shapes, scale, causal rule and dropout set) on q, k and
+ * v into out, laid out as out_row says. *lse gets the logsumexp [nb L];
+ * *weights, when keep is true and the problem is a short one, its weights
+ * for the backward, else NULL. 0, or -1 when out of memory (nothing
+ * recorded, nothing returned). */
+static int run_forward(attn_plan *p, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                       bool keep, void *out, tg_tensor **lse, tg_tensor **weights)
+{
+    *lse = tg__empty_uninit(TG_FLOAT64, 1, (int64_t[]){p->nb * p->L});
+    *weights = NULL;
+    if (keep && keeps_weights(p)) {
+        p->wld = weights_ld(p);
+        *weights = tg__empty_uninit(TG_FLOAT32, 1, (int64_t[]){p->nb * p->L * p->wld});
+        p->weights = *weights ? tg__ptr(*weights) : NULL; /* without them: recomputed */
+    }
+    tg_tensor *qc = readable(q), *kc = readable(k), *vc = readable(v);
+    bool ok = *lse && qc && kc && vc;
+    if (ok) {
+        plan_data(p, qc, kc, vc);
+        ok = forward_all(p, out, tg__ptr(*lse)) == 0;
+    }
+    tg_release(qc), tg_release(kc), tg_release(vc);
+    if (ok)
+        return 0;
+    tg_release(*lse), tg_release(*weights);
+    *lse = *weights = NULL;
+    return -1;
+}
+
+/* What the backward needs, on the node of an output out: saved[0] an alias
+ * of out, saved[1] the logsumexp lse [nb L] (float64; not filled in when
+ * the weights are kept), saved[2] the mask or NULL, saved[3] the weights of
+ * a short problem (keeps_weights) or NULL, in rows of wld; args[0] the
+ * scale, args[1] the dropout probability; iargs[0] the causal rule, iargs[1]
+ * the dropout key. */
+static void save_for_backward(tg_node *node, const tg_tensor *out, const attn_plan *p,
+                              tg_tensor *lse, const tg_tensor *mask, tg_tensor *weights,
+                              double dropout_p)
+{
+    tg_tensor *alias = tg__alias(out);
+    tg__save(node, 0, alias);
+    tg_release(alias);
+    tg__save(node, 1, lse);
+    tg__save(node, 2, (tg_tensor *)mask);
+    tg__save(node, 3, weights);
+    node->args[0] = p->scale;
+    node->args[1] = dropout_p;
+    node->iargs[0] = p->causal;
+    node->iargs[1] = (int64_t)p->key;
+}
+
+/* p's causal rule, scale and dropout as the node saved them. */
+static attn_plan saved_plan(const tg_node *n)
 {
     attn_plan p = {.dtype = n->inputs[0]->dtype, .scale = n->args[0], .causal = n->iargs[0] != 0};
     plan_dropout(&p, n->args[1], (uint64_t)n->iargs[1]);
-    const tg_tensor *out = n->saved[0], *lse = n->saved[1];
-    if (!out || !lse) {
-        tg__fail(TG_ERR_NOMEM, "tg_attention: backward lacks the saved output");
-        return -1;
-    }
-    if (plan_shapes(&p, n->inputs[0], n->inputs[1], n->inputs[2], n->saved[2]) < 0)
-        return -1;
-    tg_tensor *q = readable(n->inputs[0]), *k = readable(n->inputs[1]);
-    /* with the weights kept, O is not read (a heads output would be copied) */
-    tg_tensor *v = readable(n->inputs[2]), *go = tg__contiguous(g);
-    tg_tensor *o = n->saved[3] ? NULL : tg__contiguous(out);
-    /* Gradients over the broadcast batch shape; the engine sums them back. */
-    int64_t shape[TG_MAX_DIMS];
-    memcpy(shape, p.bshape, sizeof shape);
-    tg_tensor *d[3] = {NULL, NULL, NULL};
-    int64_t rows[3] = {p.L, p.S, p.S}, cols[3] = {p.E, p.E, p.Ev};
-    bool ok = q && k && v && go && (o || n->saved[3]);
-    for (int i = 0; i < 3 && ok; i++) {
-        if (!n->needs[i])
-            continue;
-        shape[p.nbd] = rows[i], shape[p.nbd + 1] = cols[i];
-        ok = (d[i] = tg__empty_uninit(p.dtype, p.nbd + 2, shape)) != NULL; /* zeroed by batch */
-    }
+    return p;
+}
+
+/* t's data, with its row stride into *rs and its batch strides over p's
+ * bshape into bs. */
+static char *place(const attn_plan *p, const tg_tensor *t, int64_t *rs, int64_t *bs)
+{
+    batch_strides(p, t, bs);
+    *rs = row_stride(t);
+    return tg__ptr(t);
+}
+
+/* The backward of node n (p from saved_plan, its shapes planned) on q, k, v,
+ * the upstream gradient go and the output out, into those of d[0..2] that
+ * are not NULL: tensors [bshape, rows, cols] with unit steps along their
+ * rows, rows that do not overlap, all of them written. 0, or -1. */
+static int run_backward(attn_plan *p, const tg_node *n, const tg_tensor *q, const tg_tensor *k,
+                        const tg_tensor *v, const tg_tensor *go, const tg_tensor *out,
+                        tg_tensor *const d[3])
+{
+    const tg_tensor *weights = n->saved[3];
+    tg_tensor *qr = readable(q), *kr = readable(k), *vr = readable(v), *gr = readable(go);
+    tg_tensor *o = weights ? NULL : readable(out); /* with the weights kept, O is not read */
+    bool ok = qr && kr && vr && gr && (o || weights);
     if (ok) {
-        plan_data(&p, q, k, v);
-        p.weights = n->saved[3] ? tg__ptr(n->saved[3]) : NULL;
-        p.wld = weights_ld(&p);
-        grad_slices gs = {tg__ptr(go), o ? tg__ptr(o) : NULL, tg__ptr(lse), d[0] ? tg__ptr(d[0]) : NULL,
-                          d[1] ? tg__ptr(d[1]) : NULL, d[2] ? tg__ptr(d[2]) : NULL};
-        ok = backward_all(&p, &gs) == 0;
+        plan_data(p, qr, kr, vr);
+        p->weights = weights ? tg__ptr(weights) : NULL;
+        p->wld = weights_ld(p);
+        grad_layout g = {.at = {.lse = tg__ptr(n->saved[1])}};
+        g.at.go = place(p, gr, &g.at.go_rs, g.gob);
+        g.at.o = o ? place(p, o, &g.at.o_rs, g.ob) : NULL;
+        g.at.dq = d[0] ? place(p, d[0], &g.at.dq_rs, g.dqb) : NULL;
+        g.at.dk = d[1] ? place(p, d[1], &g.at.dk_rs, g.dkb) : NULL;
+        g.at.dv = d[2] ? place(p, d[2], &g.at.dv_rs, g.dvb) : NULL;
+        ok = backward_all(p, &g) == 0;
         if (!ok)
             tg__fail(TG_ERR_NOMEM, "tg_attention: backward is out of scratch memory");
     }
-    tg_release(q), tg_release(k), tg_release(v), tg_release(go), tg_release(o);
+    tg_release(qr), tg_release(kr), tg_release(vr), tg_release(gr), tg_release(o);
+    return ok ? 0 : -1;
+}
+
+/* Whether the node has what its backward reads; the error when not. */
+static bool has_saved(const tg_node *n, const char *fn)
+{
+    if (n->saved[0] && n->saved[1])
+        return true;
+    tg__fail(TG_ERR_NOMEM, "%s: backward lacks the saved output", fn);
+    return false;
+}
+
+/* ---- the op ------------------------------------------------------------------ */
+
+/* node->inputs: q, k, v; saved, args and iargs: save_for_backward's. The
+ * gradients are laid out as new_result says, over the broadcast batch
+ * shape; the engine sums them back to the inputs'. */
+static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
+{
+    attn_plan p = saved_plan(n);
+    if (!has_saved(n, "tg_attention") ||
+        plan_shapes(&p, n->inputs[0], n->inputs[1], n->inputs[2], n->saved[2]) < 0)
+        return -1;
+    tg_tensor *d[3] = {NULL, NULL, NULL};
+    int64_t rows[3] = {p.L, p.S, p.S}, cols[3] = {p.E, p.E, p.Ev};
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++)
+        if (n->needs[i])
+            ok = (d[i] = new_result(&p, rows[i], cols[i])) != NULL; /* zeroed by batch */
+    ok = ok && run_backward(&p, n, n->inputs[0], n->inputs[1], n->inputs[2], g, n->saved[0],
+                            d) == 0;
     for (int i = 0; i < 3; i++) {
         if (ok)
             grads[i] = tg__ret(d[i]);
@@ -680,6 +827,25 @@ static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
             tg_release(d[i]);
     }
     return ok ? 0 : -1;
+}
+
+/* The checks shared by both ops: scale, dropout_p and rng. */
+static int check_options(const char *fn, double scale, double dropout_p, const tg_rng *rng)
+{
+    if (!isfinite(scale)) {
+        tg__fail(TG_ERR_VALUE, "%s: scale = %g is not finite (<= 0 means 1/sqrt(E))", fn, scale);
+        return -1;
+    }
+    if (!(dropout_p >= 0 && dropout_p < 1)) { /* also rejects NaN */
+        tg__fail(TG_ERR_VALUE, "%s: dropout_p = %g is outside [0, 1)", fn, dropout_p);
+        return -1;
+    }
+    if (dropout_p > 0 && !rng) {
+        tg__fail(TG_ERR_NULL, "%s: rng is NULL, but dropout_p = %g needs one to draw the mask",
+                 fn, dropout_p);
+        return -1;
+    }
+    return 0;
 }
 
 static int check_args(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
@@ -702,35 +868,13 @@ static int check_args(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v
                  tg_dtype_name(mask->dtype));
         return -1;
     }
-    if (!isfinite(scale)) {
-        tg__fail(TG_ERR_VALUE, "%s: scale = %g is not finite (<= 0 means 1/sqrt(E))", fn, scale);
-        return -1;
-    }
-    if (!(dropout_p >= 0 && dropout_p < 1)) { /* also rejects NaN */
-        tg__fail(TG_ERR_VALUE, "%s: dropout_p = %g is outside [0, 1)", fn, dropout_p);
-        return -1;
-    }
-    if (dropout_p > 0 && !rng) {
-        tg__fail(TG_ERR_NULL, "%s: rng is NULL, but dropout_p = %g needs one to draw the mask",
-                 fn, dropout_p);
-        return -1;
-    }
-    return 0;
+    return check_options(fn, scale, dropout_p, rng);
 }
 
-/* The output [..., L, Ev], laid out as out_row says; left unset, since
- * forward_block writes every row (zeros where no key is allowed). */
-static tg_tensor *new_output(const attn_plan *p, const int64_t *shape)
+/* p's scale: the one given, or 1/sqrt(E) for scale <= 0. */
+static double plan_scale(const attn_plan *p, double scale)
 {
-    if (p->nbd != 2)
-        return tg__empty_uninit(p->dtype, p->nbd + 2, shape);
-    int64_t B = shape[0], H = shape[1], L = shape[2], Ev = shape[3];
-    tg_tensor *store = tg__empty_uninit(p->dtype, 4, (int64_t[]){B, L, H, Ev});
-    if (!store)
-        return NULL;
-    tg_tensor *out = tg__view(store, 4, shape, (int64_t[]){L * H * Ev, Ev, H * Ev, 1}, 0);
-    tg_release(store);
-    return out;
+    return scale > 0 ? scale : 1.0 / sqrt((double)(p->E ? p->E : 1));
 }
 
 tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
@@ -743,27 +887,11 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
     if (plan_shapes(&p, q, k, v, mask) < 0)
         return NULL;
     plan_dropout(&p, dropout_p, dropout_p > 0 ? tg_rng_next(rng) : 0); /* one draw, as tg_dropout */
-    p.scale = scale > 0 ? scale : 1.0 / sqrt((double)(p.E ? p.E : 1));
-    int64_t shape[TG_MAX_DIMS];
-    memcpy(shape, p.bshape, sizeof shape);
-    shape[p.nbd] = p.L, shape[p.nbd + 1] = p.Ev;
-    tg_tensor *out = new_output(&p, shape);                             /* [..., L, Ev] */
-    tg_tensor *lse = tg__empty_uninit(TG_FLOAT64, 1, (int64_t[]){p.nb * p.L}); /* [nb * L] */
-    tg_tensor *qc = readable(q), *kc = readable(k), *vc = readable(v);
-    tg_tensor *weights = NULL; /* [nb * L * wld], for a backward to come */
-    if (keeps_weights(&p) && tg__needs_grad(3, (const tg_tensor *[]){q, k, v})) {
-        p.wld = weights_ld(&p);
-        weights = tg__empty_uninit(TG_FLOAT32, 1, (int64_t[]){p.nb * p.L * p.wld});
-        p.weights = weights ? tg__ptr(weights) : NULL; /* without them: recomputed */
-    }
-    bool ok = out && lse && qc && kc && vc;
-    if (ok) {
-        plan_data(&p, qc, kc, vc);
-        ok = forward_all(&p, tg__ptr(out), tg__ptr(lse)) == 0;
-    }
-    tg_release(qc), tg_release(kc), tg_release(vc);
-    if (!ok) {
-        tg_release(out), tg_release(lse), tg_release(weights);
+    p.scale = plan_scale(&p, scale);
+    tg_tensor *out = new_result(&p, p.L, p.Ev), *lse = NULL, *weights = NULL;
+    bool keep = tg__needs_grad(3, (const tg_tensor *[]){q, k, v});
+    if (!out || run_forward(&p, q, k, v, keep, tg__ptr(out), &lse, &weights) < 0) {
+        tg_release(out);
         tg__take_nomem();
         return tg__fail(TG_ERR_NOMEM, "tg_attention: out of memory for q %s, k %s, v %s",
                         TG_SHAPE_STR(q), TG_SHAPE_STR(k), TG_SHAPE_STR(v));
@@ -771,17 +899,116 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
     tg_node *node;
     out = tg__finish(out, TG_OP_ATTENTION, attention_backward, 3, (const tg_tensor *[]){q, k, v},
                      &node);
+    if (node)
+        save_for_backward(node, out, &p, lse, mask, weights, dropout_p);
+    tg_release(lse);
+    tg_release(weights);
+    return out;
+}
+
+/* ---- the op on a packed projection ------------------------------------------ */
+
+/* The heads [B, H, T, E] of the columns [col0, col0 + H E) of t, a
+ * contiguous [B, T, W]: a view, head h at columns col0 + h E. */
+static tg_tensor *heads_of(const tg_tensor *t, int64_t H, int64_t E, int64_t col0)
+{
+    int64_t B = t->shape[0], T = t->shape[1], W = t->shape[2];
+    return tg__view(t, 4, (int64_t[]){B, H, T, E}, (int64_t[]){T * W, E, W, 1},
+                    t->offset + col0);
+}
+
+/* q, k and v [B, H, T, E] as views of qkv, a contiguous [B, T, 3 H E]
+ * (new references), all NULL when out of memory. */
+static int split_qkv(const tg_tensor *qkv, int64_t H, tg_tensor *x[3])
+{
+    int64_t E = qkv->shape[2] / (3 * H);
+    for (int i = 0; i < 3; i++)
+        x[i] = heads_of(qkv, H, E, i * H * E);
+    if (x[0] && x[1] && x[2])
+        return 0;
+    for (int i = 0; i < 3; i++) {
+        tg_release(x[i]);
+        x[i] = NULL;
+    }
+    return -1;
+}
+
+/* node->inputs: qkv; saved, args and iargs: save_for_backward's, and
+ * iargs[2] the heads. The three gradients are written straight into their
+ * columns of one [B, T, 3 H E] gradient. */
+static int qkvpacked_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
+{
+    int64_t H = n->iargs[2];
+    attn_plan p = saved_plan(n);
+    if (!has_saved(n, "tg_attention_qkvpacked"))
+        return -1;
+    tg_tensor *qkv = tg__contiguous(n->inputs[0]), *gc = tg__contiguous(g);
+    tg_tensor *dqkv = qkv ? tg__empty_uninit_like(qkv) : NULL; /* zeroed by batch */
+    tg_tensor *x[3] = {NULL, NULL, NULL}, *d[3] = {NULL, NULL, NULL}, *go = NULL, *o = NULL;
+    int rc = qkv && gc && dqkv && split_qkv(qkv, H, x) == 0 && split_qkv(dqkv, H, d) == 0 ? 0 : -1;
+    if (rc == 0) {
+        int64_t E = x[0]->shape[3];
+        go = heads_of(gc, H, E, 0);
+        o = heads_of(n->saved[0], H, E, 0);
+        rc = go && o && plan_shapes(&p, x[0], x[1], x[2], NULL) == 0 ? 0 : -1;
+    }
+    if (rc == 0)
+        rc = run_backward(&p, n, x[0], x[1], x[2], go, o, d);
+    for (int i = 0; i < 3; i++)
+        tg_release(x[i]), tg_release(d[i]);
+    tg_release(qkv), tg_release(gc), tg_release(go), tg_release(o);
+    if (rc == 0)
+        grads[0] = tg__ret(dqkv);
+    else
+        tg_release(dqkv);
+    return rc;
+}
+
+tg_tensor *tg_attention_qkvpacked(const tg_tensor *qkv, int64_t heads, bool is_causal,
+                                  double scale, double dropout_p, tg_rng *rng)
+{
+    const char *fn = "tg_attention_qkvpacked";
+    TG_CHECK_NULL(qkv);
+    if (tg__check_float(fn, qkv) < 0)
+        return NULL;
+    if (qkv->ndim != 3)
+        return tg__fail(TG_ERR_SHAPE, "%s: qkv %s is not [B, T, 3 * heads * E]", fn,
+                        TG_SHAPE_STR(qkv));
+    if (heads < 1)
+        return tg__fail(TG_ERR_VALUE, "%s: heads = %lld; it must be at least 1", fn,
+                        (long long)heads);
+    if (qkv->shape[2] % 3 != 0 || qkv->shape[2] / 3 % heads != 0)
+        return tg__fail(TG_ERR_SHAPE, "%s: the last dim of qkv %s is not 3 * heads (%lld) * E",
+                        fn, TG_SHAPE_STR(qkv), (long long)heads);
+    if (check_options(fn, scale, dropout_p, rng) < 0)
+        return NULL;
+    int64_t B = qkv->shape[0], T = qkv->shape[1], HE = qkv->shape[2] / 3;
+    tg_tensor *qkvc = tg__contiguous(qkv), *x[3] = {NULL, NULL, NULL};
+    attn_plan p = {.dtype = qkv->dtype, .causal = is_causal};
+    tg_tensor *out = NULL, *lse = NULL, *weights = NULL;
+    bool ok = qkvc && split_qkv(qkvc, heads, x) == 0 && plan_shapes(&p, x[0], x[1], x[2], NULL) == 0;
+    if (ok) {
+        plan_dropout(&p, dropout_p, dropout_p > 0 ? tg_rng_next(rng) : 0); /* as tg_attention */
+        p.scale = plan_scale(&p, scale);
+        /* out_row's layout of [B, H, T, E] is [B, T, H E] itself */
+        out = tg__empty_uninit(p.dtype, 3, (int64_t[]){B, T, HE});
+        ok = out && run_forward(&p, x[0], x[1], x[2], tg__needs_grad(1, &qkv), tg__ptr(out), &lse,
+                                &weights) == 0;
+    }
+    for (int i = 0; i < 3; i++)
+        tg_release(x[i]);
+    tg_release(qkvc);
+    if (!ok) {
+        tg_release(out);
+        tg__take_nomem();
+        return tg__fail(TG_ERR_NOMEM, "%s: out of memory for qkv %s", fn, TG_SHAPE_STR(qkv));
+    }
+    tg_node *node;
+    out = tg__finish(out, TG_OP_ATTENTION_QKVPACKED, qkvpacked_backward, 1,
+                     (const tg_tensor *[]){qkv}, &node);
     if (node) {
-        tg_tensor *alias = tg__alias(out);
-        tg__save(node, 0, alias);
-        tg_release(alias);
-        tg__save(node, 1, lse);
-        tg__save(node, 2, (tg_tensor *)mask);
-        tg__save(node, 3, weights);
-        node->args[0] = p.scale;
-        node->args[1] = dropout_p;
-        node->iargs[0] = is_causal;
-        node->iargs[1] = (int64_t)p.key;
+        save_for_backward(node, out, &p, lse, NULL, weights, dropout_p);
+        node->iargs[2] = heads;
     }
     tg_release(lse);
     tg_release(weights);

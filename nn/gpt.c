@@ -328,18 +328,22 @@ static tg_tensor *attention(const tg_gpt *m, const gpt_block *b, const tg_tensor
     int64_t B = x->shape[0], T = x->shape[1], d = m->config.n_embd, H = m->config.n_head;
     int64_t Dh = d / H;
     tg_tensor *qkv = norm_linear(b->ln_1, b->c_attn, x); /* [B, T, 3d] */
-    tg_tensor *q = split_heads(tg_narrow(qkv, 2, 0, d), B, T, H, Dh);
-    tg_tensor *k = split_heads(tg_narrow(qkv, 2, d, d), B, T, H, Dh);
-    tg_tensor *v = split_heads(tg_narrow(qkv, 2, 2 * d, d), B, T, H, Dh);
-    if (cache) {
+    tg_tensor *y;
+    if (!cache) {
+        /* the heads read from qkv in place, their gradients written into one */
+        y = tg_attention_qkvpacked(qkv, H, true, 0, p, m->drop_rng); /* [B, T, d] */
+    } else {
+        tg_tensor *q = split_heads(tg_narrow(qkv, 2, 0, d), B, T, H, Dh);
+        tg_tensor *k = split_heads(tg_narrow(qkv, 2, d, d), B, T, H, Dh);
+        tg_tensor *v = split_heads(tg_narrow(qkv, 2, 2 * d, d), B, T, H, Dh);
         if (cache_write(cache, k, v, pos0) < 0)
             return NULL;
         k = tg_unsqueeze(tg_narrow(cache->k, 1, 0, pos0 + T), 0); /* [1, H, S, Dh] */
         v = tg_unsqueeze(tg_narrow(cache->v, 1, 0, pos0 + T), 0);
+        y = tg_scaled_dot_product_attention(q, k, v, NULL, p, T > 1, 0, m->drop_rng,
+                                            NULL); /* [B, H, T, Dh] */
+        y = tg_reshape(tg_transpose(y, 1, 2), 3, (int64_t[]){B, T, d});
     }
-    tg_tensor *y = tg_scaled_dot_product_attention(q, k, v, NULL, p, T > 1, 0, m->drop_rng,
-                                                   NULL); /* [B, H, T, Dh] */
-    y = tg_reshape(tg_transpose(y, 1, 2), 3, (int64_t[]){B, T, d});
     return maybe_dropout(m, tg_linear_forward(b->attn_proj, y), p);
 }
 

@@ -1,6 +1,7 @@
-/* Gradient-check cases for the fused attention op tg_attention: no mask,
- * causal, more keys than queries, float and bool masks, a fully masked row,
- * transposed views, batched heads [2,3,L,E], and dropout. */
+/* Gradient-check cases for the fused attention ops: tg_attention with no
+ * mask, causal, more keys than queries, float and bool masks, a fully masked
+ * row, transposed views, batched heads [2,3,L,E], and dropout; and
+ * tg_attention_qkvpacked, causal or not, on a strided qkv, with dropout. */
 #include "cases.h"
 
 #include <math.h>
@@ -138,6 +139,47 @@ static tg_tensor *f_heads_dropout_causal(tg_tensor *const *x, int n, void *c)
     return with_dropout(x, true, 0.25);
 }
 
+/* qkv [2, 5, 3 * 2 heads * 2]. */
+static int packed_2x5(tg_tensor **in, tg_rng *rng)
+{
+    in[0] = gc_randn(rng, 3, (int64_t[]){2, 5, 12});
+    return 1;
+}
+
+/* qkv stored [12, 5, 2]: the case hands over its [2, 5, 12] transpose. */
+static int packed_transposed(tg_tensor **in, tg_rng *rng)
+{
+    in[0] = gc_randn(rng, 3, (int64_t[]){12, 5, 2});
+    return 1;
+}
+
+static tg_tensor *f_packed(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    return tg_attention_qkvpacked(x[0], 2, false, 0, 0, NULL);
+}
+
+static tg_tensor *f_packed_causal_scaled(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    return tg_attention_qkvpacked(x[0], 2, true, 0.6, 0, NULL);
+}
+
+static tg_tensor *f_packed_strided_causal(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    return tg_attention_qkvpacked(tg_transpose(x[0], 0, 2), 2, true, 0, 0, NULL);
+}
+
+static tg_tensor *f_packed_dropout_causal(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    tg_rng *rng = tg_rng_new(29);
+    tg_tensor *y = tg_attention_qkvpacked(x[0], 2, true, 0, 0.3, rng);
+    tg_rng_free(rng);
+    return y;
+}
+
 const gc_case cases_sdpa_fused[] = {
     {"attention_no_mask", f_plain, square_4, 0, 0},
     {"attention_causal", f_causal, square_4, 0, 0},
@@ -150,5 +192,9 @@ const gc_case cases_sdpa_fused[] = {
     {"attention_heads_views_causal", f_heads_views_causal, heads_2x3, 0, 0},
     {"attention_dropout", f_dropout, more_keys, 0, 0},
     {"attention_heads_dropout_causal", f_heads_dropout_causal, heads_2x3, 0, 0},
+    {"attention_qkvpacked", f_packed, packed_2x5, 0, 0},
+    {"attention_qkvpacked_causal_scaled", f_packed_causal_scaled, packed_2x5, 0, 0},
+    {"attention_qkvpacked_strided_causal", f_packed_strided_causal, packed_transposed, 0, 0},
+    {"attention_qkvpacked_dropout_causal", f_packed_dropout_causal, packed_2x5, 0, 0},
 };
 const int n_cases_sdpa_fused = sizeof cases_sdpa_fused / sizeof cases_sdpa_fused[0];
