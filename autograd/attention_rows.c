@@ -131,39 +131,59 @@ void tg__attn_row_dots(tg_dtype dtype, const void *x, int64_t ldx, const void *y
  * float, and so is s - max as float rounds it: the same bits as the
  * general path's difference taken in double. */
 
-/* The largest of init and the row's nc scores, after padding the row. */
+typedef float pad_lanes __attribute__((vector_size(TG_ATTN_ROW_PAD * sizeof(float))));
+typedef int32_t pad_bits __attribute__((vector_size(TG_ATTN_ROW_PAD * sizeof(int32_t))));
+
+/* The larger of a and b lane by lane, as `>` picks (no NaN reaches here);
+ * a macro, since a function returning a 64-byte vector changes the ABI. */
+#define LANES_MAX(a, b)                                                                 \
+    ({                                                                                  \
+        pad_lanes a_ = (a), b_ = (b);                                                   \
+        pad_bits gt_ = a_ > b_;                                                         \
+        (pad_lanes)(((pad_bits)a_ & gt_) | ((pad_bits)b_ & ~gt_));                      \
+    })
+
+/* The largest of init and the row's nc scores, after padding the row. The
+ * lanes hold no NaN (`>` passes NaNs over), so the largest is one value
+ * whatever the order: the lanes are folded in halves. */
 static inline __attribute__((always_inline)) float padded_row_max(float *t, int64_t nc,
                                                                   float init)
 {
-    int64_t padded = (nc + TG_ATTN_ROW_PAD - 1) / TG_ATTN_ROW_PAD * TG_ATTN_ROW_PAD;
-    for (int64_t c = nc; c < padded; c++)
+    int64_t vecs = (nc + TG_ATTN_ROW_PAD - 1) / TG_ATTN_ROW_PAD;
+    for (int64_t c = nc; c < vecs * TG_ATTN_ROW_PAD; c++)
         t[c] = -INFINITY;
-    typedef float pad_lanes __attribute__((vector_size(TG_ATTN_ROW_PAD * sizeof(float))));
-    typedef int32_t pad_bits __attribute__((vector_size(TG_ATTN_ROW_PAD * sizeof(int32_t))));
     pad_lanes m;
     for (int l = 0; l < TG_ATTN_ROW_PAD; l++)
         m[l] = init;
-    for (int64_t c = 0; c < padded; c += TG_ATTN_ROW_PAD) { /* `>` passes NaNs over */
+    for (int64_t i = 0; i < vecs; i++) {
         pad_lanes v;
-        memcpy(&v, t + c, sizeof v);
-        pad_bits gt = v > m;
-        m = (pad_lanes)(((pad_bits)v & gt) | ((pad_bits)m & ~gt));
+        memcpy(&v, t + i * TG_ATTN_ROW_PAD, sizeof v);
+        m = LANES_MAX(v, m);
     }
-    float mx = init;
-    for (int l = 0; l < TG_ATTN_ROW_PAD; l++)
-        mx = m[l] > mx ? m[l] : mx;
-    return mx;
+    _Static_assert(TG_ATTN_ROW_PAD == 16, "the fold below is written for 16 lanes");
+    m = LANES_MAX(m, __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4,
+                                             5, 6, 7));
+    m = LANES_MAX(m, __builtin_shufflevector(m, m, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2,
+                                             3));
+    m = LANES_MAX(m, __builtin_shufflevector(m, m, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0,
+                                             1));
+    m = LANES_MAX(m, __builtin_shufflevector(m, m, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                             0));
+    return m[0];
 }
 
-/* t[c] = exp(t[c] - mx) over the padded row (the padding becomes 0); their
- * sum in double lanes. */
+/* t[c] = exp(t[c] - mx) over the padded row (the padding becomes 0), in
+ * whole vectors; their sum in double lanes. */
 static inline __attribute__((always_inline)) double padded_row_exp(float *t, int64_t nc, float mx)
 {
-    int64_t padded = (nc + TG_ATTN_ROW_PAD - 1) / TG_ATTN_ROW_PAD * TG_ATTN_ROW_PAD;
-    for (int64_t c = 0; c < padded; c++)
-        t[c] = tg__expf(t[c] - mx);
+    int64_t vecs = (nc + TG_ATTN_ROW_PAD - 1) / TG_ATTN_ROW_PAD;
+    for (int64_t i = 0; i < vecs; i++) {
+        float *v = t + i * TG_ATTN_ROW_PAD;
+        for (int l = 0; l < TG_ATTN_ROW_PAD; l++)
+            v[l] = tg__expf(v[l] - mx);
+    }
     tg__dlanes acc = {0};
-    for (int64_t c = 0; c < padded; c += TG_DLANES) {
+    for (int64_t c = 0; c < vecs * TG_ATTN_ROW_PAD; c += TG_DLANES) {
         tg__flanes v;
         memcpy(&v, t + c, sizeof v);
         acc += __builtin_convertvector(v, tg__dlanes);
@@ -171,22 +191,30 @@ static inline __attribute__((always_inline)) double padded_row_exp(float *t, int
     return dlanes_sum(acc);
 }
 
+/* In passes over all the rows, as tg__attn_softmax_f32 below: the maxima,
+ * then the exps and their sums, then the running sums and the rescaling. */
 TG_VECTOR_CLONES
 void tg__attn_online_softmax_f32(void *tile, int64_t ldt, void *acc, double *m, double *l,
                                  int64_t nr, int64_t nc, int64_t ev)
 {
+    float mx[TG_ATTN_TILE];
+    double sum[TG_ATTN_TILE];
+    for (int64_t r = 0; r < nr; r++) /* m: -inf or a float max */
+        mx[r] = padded_row_max((float *)tile + r * ldt, nc, (float)m[r]);
     for (int64_t r = 0; r < nr; r++) {
         float *t = (float *)tile + r * ldt;
-        float mx = padded_row_max(t, nc, (float)m[r]); /* m: -inf or a float max */
-        if (mx == -INFINITY) { /* nothing seen yet in this row: add nothing */
+        if (mx[r] == -INFINITY) /* nothing seen yet in this row: add nothing */
             memset(t, 0, (size_t)nc * sizeof *t);
+        else
+            sum[r] = padded_row_exp(t, nc, mx[r]);
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        if (mx[r] == -INFINITY)
             continue;
-        }
-        double sum = padded_row_exp(t, nc, mx);
         bool first = m[r] == -INFINITY; /* the accumulator is still zero */
-        double alpha = first ? 1 : exp(m[r] - mx);
-        l[r] = l[r] * alpha + sum;
-        m[r] = mx;
+        double alpha = first ? 1 : exp(m[r] - mx[r]);
+        l[r] = l[r] * alpha + sum[r];
+        m[r] = mx[r];
         if (alpha != 1) {
             float *row = (float *)acc + r * ev, fa = (float)alpha;
             for (int64_t e = 0; e < ev; e++)
