@@ -52,13 +52,15 @@ static void GEMM_FN(pack_a_blk)(const GEMM_UKR *u, bool trans, const GEMM_T *a, 
                                 GEMM_T *restrict pa, GEMM_FN(amap_fn) amap, double *asum)
 {
     const int mr = u->mr;
+    /* A transposed: all the panels at once, each row of A^T read once */
+    bool at_once = trans && u->pack_cols;
+    if (at_once)
+        u->pack_cols(a + p0 * lda + i0, lda, rows, kc, mr, (int64_t)mr * kc, pa);
     for (int64_t i = 0; i < rows; i += mr, pa += mr * kc) {
         int h = rows - i < mr ? (int)(rows - i) : mr;
         if (!trans && u->pack_rows)
             u->pack_rows(a + (i0 + i) * lda + p0, lda, h, kc, mr, pa);
-        else if (trans && u->pack_cols)
-            u->pack_cols(a + p0 * lda + i0 + i, lda, h, kc, mr, pa);
-        else
+        else if (!at_once)
             GEMM_FN(pack_a_panel)(mr, h, trans, a, lda, i0 + i, p0, kc, pa);
         if (amap)
             amap(pa, mr * kc);
@@ -77,10 +79,6 @@ static void GEMM_FN(pack_b_panel)(const GEMM_UKR *u, bool trans, const GEMM_T *b
         u->pack_rows(b + j0 * ldb + p0, ldb, w, kc, nr, pb);
         return;
     }
-    if (!trans && u->pack_cols) {
-        u->pack_cols(b + p0 * ldb + j0, ldb, w, kc, nr, pb);
-        return;
-    }
     for (int64_t p = 0; p < kc; p++, pb += nr) {
         if (!trans) { /* op(B)(p, j) = b[p * ldb + j]: contiguous in j */
             memcpy(pb, b + (p0 + p) * ldb + j0, (size_t)w * sizeof *pb);
@@ -92,6 +90,42 @@ static void GEMM_FN(pack_b_panel)(const GEMM_UKR *u, bool trans, const GEMM_T *b
         for (int j = w; j < nr; j++)
             pb[j] = 0;
     }
+}
+
+/* Rows of op(B) per part when a slice is packed a band of rows at a time. */
+#define B_BAND 32
+
+/* Parts per kc-deep piece in packing a ks-deep slice of op(B) whose
+ * columns make q_all panels: bands of B_BAND rows across every panel where
+ * B is not transposed and the SIMD packing reads its rows whole, else the
+ * panels one by one. */
+static int64_t GEMM_FN(b_parts)(const GEMM_UKR *u, bool trans_b, int64_t ks, int64_t q_all)
+{
+    int64_t kc = ks < u->kc ? ks : u->kc;
+    return !trans_b && u->pack_cols ? (kc + B_BAND - 1) / B_BAND : q_all;
+}
+
+/* Part t (of parts per piece, piece after piece) of packing the slice of
+ * op(B) of rows [ps, ps+ks) x cols [js, js+ns) into pb: kc-deep pieces of
+ * ns_pad columns, each as nr-column panels [kc][nr]. */
+static void GEMM_FN(pack_b_part)(const GEMM_UKR *u, bool trans_b, const GEMM_T *b, int64_t ldb,
+                                 int64_t js, int64_t ns, int64_t ns_pad, int64_t ps, int64_t ks,
+                                 int64_t parts, int64_t t, GEMM_T *pb)
+{
+    const int nr = u->nr;
+    int64_t pc = t / parts * u->kc, part = t % parts;
+    int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;
+    GEMM_T *piece = pb + pc * ns_pad;
+    if (!trans_b && u->pack_cols) {
+        int64_t r0 = part * B_BAND; /* the last piece may have fewer bands */
+        if (r0 < kc)
+            u->pack_cols(b + (ps + pc + r0) * ldb + js, ldb, ns,
+                         kc - r0 < B_BAND ? kc - r0 : B_BAND, nr, nr * kc, piece + r0 * nr);
+        return;
+    }
+    int64_t j = part * nr;
+    GEMM_FN(pack_b_panel)(u, trans_b, b, ldb, js + j, ns - j < nr ? (int)(ns - j) : nr, ps + pc,
+                          kc, piece + j * kc);
 }
 
 /* One chunk of C: rows [i0, i0+mc) x the nr-panels [q0, q1) of the packed
@@ -188,14 +222,11 @@ static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b
         for (int64_t ps = 0; ps < k; ps += ks_max) {                                      \
             int64_t ks = k - ps < ks_max ? k - ps : ks_max;                               \
             int64_t pieces = (ks + u->kc - 1) / u->kc;                                    \
+            int64_t parts = GEMM_FN(b_parts)(u, trans_b, ks, q_all);                      \
             PRAGMA_FOR                                                                    \
-            for (int64_t t = 0; t < pieces * q_all; t++) {                                \
-                int64_t pc = t / q_all * u->kc, q = t % q_all;                            \
-                int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;                           \
-                GEMM_FN(pack_b_panel)(u, trans_b, b, ldb, js + q * nr,                   \
-                                      ns - q * nr < nr ? (int)(ns - q * nr) : nr, ps + pc, \
-                                      kc, pb + pc * ns_pad + q * nr * kc);                \
-            }                                                                             \
+            for (int64_t t = 0; t < pieces * parts; t++)                                  \
+                GEMM_FN(pack_b_part)(u, trans_b, b, ldb, js, ns, ns_pad, ps, ks, parts, t, \
+                                     pb);                                                 \
             PRAGMA_FOR_NOWAIT                                                             \
             for (int64_t t = 0; t < row_blocks * g; t++) {                                \
                 int64_t i0 = t / g * tiles / row_blocks * mr, j = t % g;                  \

@@ -127,27 +127,46 @@ __attribute__((target("avx2"))) static void pack_rows_avx2_f32(const float *src,
             dst[p * width + r] = r < rows ? src[r * ld + p] : 0;
 }
 
-/* tg__pack_cols_f32_fn in masked 8-lane loads (masked-off lanes load as 0)
- * and whole-vector stores: the packing of A transposed and of B not
- * transposed, where the portable loop copies one element at a time or
- * calls memcpy for every row of a panel. */
+/* tg__pack_cols_f32_fn in 8-lane loads and whole-vector stores: the
+ * packing of A transposed and of B not transposed, where the portable loop
+ * copies one element at a time or calls memcpy for every row of a panel.
+ * The panels whose vectors stay inside the row load them whole; the last
+ * ones load masked (masked-off lanes load as 0). A width that is not a
+ * multiple of 8 spills into the panel's next row, and the last row, with
+ * none after it, is copied element by element. */
 __attribute__((target("avx2"))) static void pack_cols_avx2_f32(const float *src, int64_t ld,
-                                                               int cols, int64_t kc, int width,
+                                                               int64_t cols, int64_t rows,
+                                                               int width, int64_t panel_stride,
                                                                float *restrict dst)
 {
-    enum { MAX_VECS = 4 };
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256i in[MAX_VECS];
     int vecs = (width + 7) / 8;
-    for (int v = 0; v < vecs; v++)
-        in[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols - 8 * v), lane);
-    int64_t p = 0;
-    for (; p + 1 < kc; p++)
-        for (int v = 0; v < vecs; v++)
-            _mm256_storeu_ps(dst + p * width + 8 * v,
-                             _mm256_maskload_ps(src + p * ld + 8 * v, in[v]));
-    for (int j = 0; j < width && kc > 0; j++)
-        dst[p * width + j] = j < cols ? src[p * ld + j] : 0;
+    int64_t panels = (cols + width - 1) / width;
+    int64_t whole = cols >= vecs * 8 ? (cols - vecs * 8) / width + 1 : 0; /* plain loads */
+    whole = whole < panels ? whole : panels;
+    int64_t vector_rows = width % 8 == 0 ? rows : rows - 1;
+    for (int64_t p = 0; p < vector_rows; p++) {
+        const float *s = src + p * ld;
+        float *d = dst + p * width;
+        int64_t q = 0;
+        for (; q < whole; q++)
+            for (int v = 0; v < vecs; v++)
+                _mm256_storeu_ps(d + q * panel_stride + 8 * v,
+                                 _mm256_loadu_ps(s + q * width + 8 * v));
+        for (; q < panels; q++) {
+            int64_t have = cols - q * width < width ? cols - q * width : width;
+            for (int v = 0; v < vecs; v++) {
+                __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)have - 8 * v), lane);
+                _mm256_storeu_ps(d + q * panel_stride + 8 * v,
+                                 _mm256_maskload_ps(s + q * width + 8 * v, in));
+            }
+        }
+    }
+    for (int64_t p = vector_rows; p < rows; p++)
+        for (int64_t q = 0; q < panels; q++)
+            for (int j = 0; j < width; j++)
+                dst[q * panel_stride + p * width + j] =
+                    q * width + j < cols ? src[p * ld + q * width + j] : 0;
 }
 
 /* {mr, nr, mc, kc, nc, kernel, packing}. A kc x nr panel of B is reused

@@ -21,13 +21,16 @@ typedef void (*tg__pack_rows_f32_fn)(const float *src, int64_t ld, int rows, int
                                      int width, float *dst);
 typedef void (*tg__pack_rows_f64_fn)(const double *src, int64_t ld, int rows, int64_t kc,
                                      int width, double *dst);
-/* Packs kc rows of cols elements of src (ld apart) as the rows of a panel:
- * dst[p * width + j] = src[p * ld + j] for j < cols, and 0 for
- * cols <= j < width (width <= 32). */
-typedef void (*tg__pack_cols_f32_fn)(const float *src, int64_t ld, int cols, int64_t kc,
-                                     int width, float *dst);
-typedef void (*tg__pack_cols_f64_fn)(const double *src, int64_t ld, int cols, int64_t kc,
-                                     int width, double *dst);
+/* Packs rows rows of cols elements of src (ld apart) as the rows of the
+ * panels they cut into, width columns each (width <= 32): row p of panel q
+ * goes to dst + q * panel_stride + p * width, dst[q * panel_stride + p *
+ * width + j] = src[p * ld + q * width + j] where q * width + j < cols, 0
+ * past cols. Each source row is read once, front to back: going panel by
+ * panel instead, every row of a panel was a page apart from the last. */
+typedef void (*tg__pack_cols_f32_fn)(const float *src, int64_t ld, int64_t cols, int64_t rows,
+                                     int width, int64_t panel_stride, float *dst);
+typedef void (*tg__pack_cols_f64_fn)(const double *src, int64_t ld, int64_t cols, int64_t rows,
+                                     int width, int64_t panel_stride, double *dst);
 
 /* A micro-kernel with its tile (mr x nr) and the cache blocking that suits
  * it, in elements: an mc x kc block of A for L2, a kc x nc slice of B; and
