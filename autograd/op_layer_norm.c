@@ -235,6 +235,10 @@ static void param_cols(double *dw_acc, double *db_acc, const void *g, const void
     }
 }
 
+/* Rows ahead that the parameter sums fetch: each row of a column strip is a
+ * page or so from the last, where the hardware prefetchers stop. */
+#define PREFETCH_ROWS 8
+
 /* Columns per chunk of the parameter sums: a cache line or more of each row. */
 #define LN_COLS 64
 
@@ -254,6 +258,11 @@ static void param_cols_f32(double *dw_acc, double *db_acc, const float *g, const
     }
     for (int64_t r = 0; r < rows; r++) {
         const float *gr = g + r * d + i0, *xr = x + r * d + i0;
+        if (r + PREFETCH_ROWS < rows)
+            for (int c = 0; c < LN_COLS; c += 16) {
+                __builtin_prefetch(gr + PREFETCH_ROWS * d + c);
+                __builtin_prefetch(xr + PREFETCH_ROWS * d + c);
+            }
         double m = mean[r], s = rstd[r];
         for (int v = 0; v < NV; v++) {
             tg__flanes gf, xf;
