@@ -114,14 +114,26 @@ void tg__attn_scaled_copy(tg_dtype dtype, void *dst, const void *src, int64_t n,
     }
 }
 
+/* Rows ahead that tg__attn_row_dots fetches. */
+#define DOTS_AHEAD 4
+
 TG_VECTOR_CLONES
 void tg__attn_row_dots(tg_dtype dtype, const void *x, int64_t ldx, const void *y, int64_t ldy,
                        int64_t rows, int64_t n, double *dsum)
 {
-    size_t es = tg_dtype_size(dtype);
-    for (int64_t i = 0; i < rows; i++)
-        dsum[i] = row_dot(dtype, (const char *)x + (size_t)(i * ldx) * es,
-                          (const char *)y + (size_t)(i * ldy) * es, n);
+    size_t es = tg_dtype_size(dtype), bytes = (size_t)n * es;
+    for (int64_t i = 0; i < rows; i++) {
+        const char *xi = (const char *)x + (size_t)(i * ldx) * es;
+        const char *yi = (const char *)y + (size_t)(i * ldy) * es;
+        /* rows a page or so apart, as in a head's slice of [B, T, H E]:
+         * fetched a few rows ahead, past where the hardware prefetchers stop */
+        if (i + DOTS_AHEAD < rows)
+            for (size_t c = 0; c < bytes; c += 64) {
+                __builtin_prefetch(xi + (size_t)(DOTS_AHEAD * ldx) * es + c);
+                __builtin_prefetch(yi + (size_t)(DOTS_AHEAD * ldy) * es + c);
+            }
+        dsum[i] = row_dot(dtype, xi, yi, n);
+    }
 }
 
 /* ---- float32 tiles without dropout ------------------------------------------ */

@@ -418,15 +418,35 @@ static void grad_tile(const attn_plan *p, scratch *w, const double *lse, const d
     }
 }
 
-/* rows rows of cols elements (es bytes each), ld elements apart, set to 0. */
+/* rows rows of cols elements (es bytes each), ld elements apart, set to 0:
+ * a head's rows of 64 floats take a few vector stores each, where a call
+ * to memset per row cost more than the stores. */
 static void zero_rows(char *x, int64_t rows, int64_t cols, int64_t ld, size_t es)
 {
     if (ld == cols) {
         memset(x, 0, (size_t)(rows * cols) * es);
         return;
     }
-    for (int64_t r = 0; r < rows; r++)
-        memset(x + (size_t)(r * ld) * es, 0, (size_t)cols * es);
+    typedef char block __attribute__((vector_size(64)));
+    const block zero = {0};
+    size_t bytes = (size_t)cols * es, whole = bytes / sizeof zero * sizeof zero;
+    for (int64_t r = 0; r < rows; r++) {
+        char *row = x + (size_t)(r * ld) * es;
+        for (size_t c = 0; c < whole; c += sizeof zero)
+            memcpy(row + c, &zero, sizeof zero);
+        memset(row + whole, 0, bytes - whole);
+    }
+}
+
+/* The rows of dk and dv from key seen on, which no query reaches (causal,
+ * with more keys than queries): zero. */
+static void zero_unseen_keys(const attn_plan *p, const grad_slices *g, int64_t seen)
+{
+    size_t es = esize(p);
+    if (g->dk && seen < p->S)
+        zero_rows(g->dk + (size_t)(seen * g->dk_rs) * es, p->S - seen, p->E, g->dk_rs, es);
+    if (g->dv && seen < p->S)
+        zero_rows(g->dv + (size_t)(seen * g->dv_rs) * es, p->S - seen, p->Ev, g->dv_rs, es);
 }
 
 /* backward_batch's products when the forward kept the weights P [L, wld]
@@ -444,15 +464,17 @@ static int backward_kept(const attn_plan *p, scratch *w, int64_t b, const grad_s
     tg__attn_kept_ds(P, S, dpd, BC, ds, BC, nr, nc);
     bool diag = on_diagonal(p, 0, 0, nc);
     int rc = 0;
+    /* one tile: each product writes its gradient's rows outright */
     if (g->dv)
-        rc |= tile_product(p, diag, true, nc, p->Ev, nr, 1.0, P, S, g->go, g->go_rs, 1.0, g->dv,
+        rc |= tile_product(p, diag, true, nc, p->Ev, nr, 1.0, P, S, g->go, g->go_rs, 0.0, g->dv,
                            g->dv_rs, 0, INT64_MAX);
     if (g->dk)
-        rc |= tile_product(p, diag, true, nc, p->E, nr, p->scale, ds, BC, q, p->qrs, 1.0, g->dk,
+        rc |= tile_product(p, diag, true, nc, p->E, nr, p->scale, ds, BC, q, p->qrs, 0.0, g->dk,
                            g->dk_rs, 0, INT64_MAX);
     if (g->dq)
-        rc |= tile_product(p, diag, false, nr, p->E, nc, p->scale, ds, BC, k, p->krs, 1.0, g->dq,
+        rc |= tile_product(p, diag, false, nr, p->E, nc, p->scale, ds, BC, k, p->krs, 0.0, g->dq,
                            g->dq_rs, INT64_MIN, 0);
+    zero_unseen_keys(p, g, nc);
     return rc < 0 ? -1 : 0;
 }
 
@@ -464,17 +486,18 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
     const char *q = p->q + (size_t)batch_off(p, p->qb, b) * es;
     const char *k = p->k + (size_t)batch_off(p, p->kb, b) * es;
     const char *v = p->v + (size_t)batch_off(p, p->vb, b) * es;
-    /* The slices start at zero, cleared here by the thread that fills them. */
-    if (g->dq)
-        zero_rows(g->dq, p->L, p->E, g->dq_rs, es);
-    if (g->dk)
-        zero_rows(g->dk, p->S, p->E, g->dk_rs, es);
-    if (g->dv)
-        zero_rows(g->dv, p->S, p->Ev, g->dv_rs, es);
     if (p->weights)
         return backward_kept(p, w, b, g, (const float *)q, (const float *)k, (const float *)v);
     /* D[i] = sum_e dO[i,e] O[i,e]: the rowsum(dP * P) of the softmax backward. */
     tg__attn_row_dots(dt, g->go, g->go_rs, g->o, g->o_rs, p->L, p->Ev, dsum);
+    /* Each gradient row is written by the first tile that reaches it and
+     * added to by the rest, so nothing is zeroed first: a query block's
+     * first tile is key block 0; key blocks are reached in order, and those
+     * below seen had been reached by an earlier query block (the blocks line
+     * up, BR being BC, and only the last query block can end short). */
+    int64_t seen = 0;
+    if (p->S == 0 && g->dq) /* no key at all: no tile */
+        zero_rows(g->dq, p->L, p->E, g->dq_rs, es);
     for (int64_t r0 = 0; r0 < p->L; r0 += BR) {
         int64_t nr = p->L - r0 < BR ? p->L - r0 : BR;
         const char *qi = q + (size_t)(r0 * p->qrs) * es;
@@ -494,22 +517,26 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
              * up to i + d. */
             bool diag = on_diagonal(p, r0, j0, nc);
             int64_t d = r0 - j0;
+            double key_beta = j0 < seen ? 1.0 : 0.0, query_beta = j0 > 0 ? 1.0 : 0.0;
             if (g->dv)
                 rc |= tile_product(p, diag, true, nc, p->Ev, nr, 1.0, w->t2, BC, goi, g->go_rs,
-                                   1.0, g->dv + (size_t)(j0 * g->dv_rs) * es, g->dv_rs, -d,
+                                   key_beta, g->dv + (size_t)(j0 * g->dv_rs) * es, g->dv_rs, -d,
                                    INT64_MAX);
             if (g->dk)
                 rc |= tile_product(p, diag, true, nc, p->E, nr, p->scale, w->t, BC, qi, p->qrs,
-                                   1.0, g->dk + (size_t)(j0 * g->dk_rs) * es, g->dk_rs, -d,
+                                   key_beta, g->dk + (size_t)(j0 * g->dk_rs) * es, g->dk_rs, -d,
                                    INT64_MAX);
             if (g->dq)
                 rc |= tile_product(p, diag, false, nr, p->E, nc, p->scale, w->t, BC, kj, p->krs,
-                                   1.0, g->dq + (size_t)(r0 * g->dq_rs) * es, g->dq_rs, INT64_MIN,
-                                   d);
+                                   query_beta, g->dq + (size_t)(r0 * g->dq_rs) * es, g->dq_rs,
+                                   INT64_MIN, d);
             if (rc < 0)
                 return -1;
         }
+        int64_t jend = key_end(p, r0 + nr);
+        seen = jend > seen ? jend : seen;
     }
+    zero_unseen_keys(p, g, seen);
     return 0;
 }
 
