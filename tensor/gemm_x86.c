@@ -134,10 +134,15 @@ __attribute__((target("avx2"))) static void pack_rows_avx2_f32(const float *src,
  * ones load masked (masked-off lanes load as 0). A width that is not a
  * multiple of 8 spills into the panel's next row, and the last row, with
  * none after it, is copied element by element. */
-__attribute__((target("avx2"))) static void pack_cols_avx2_f32(const float *src, int64_t ld,
-                                                               int64_t cols, int64_t rows,
-                                                               int width, int64_t panel_stride,
-                                                               float *restrict dst)
+/* Rows ahead that pack_cols fetches: each row is a page or more from the
+ * last, where the hardware prefetchers stop. */
+#define PACK_AHEAD 2
+
+/* GCC would otherwise turn each panel's row of whole-vector copies into a
+ * call to memmove, which cost 15% of a product whose A is transposed. */
+__attribute__((target("avx2"), optimize("no-tree-loop-distribute-patterns"))) static void
+pack_cols_avx2_f32(const float *src, int64_t ld, int64_t cols, int64_t rows, int width,
+                   int64_t panel_stride, float *restrict dst)
 {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     int vecs = (width + 7) / 8;
@@ -148,6 +153,9 @@ __attribute__((target("avx2"))) static void pack_cols_avx2_f32(const float *src,
     for (int64_t p = 0; p < vector_rows; p++) {
         const float *s = src + p * ld;
         float *d = dst + p * width;
+        if (p + PACK_AHEAD < rows)
+            for (int64_t c = 0; c < cols; c += 16)
+                _mm_prefetch((const char *)(s + PACK_AHEAD * ld + c), _MM_HINT_T0);
         int64_t q = 0;
         for (; q < whole; q++)
             for (int v = 0; v < vecs; v++)
