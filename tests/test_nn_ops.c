@@ -270,16 +270,23 @@ END_TEST
 
 /* In float32 (the vectorised GELU-with-gradient pass for the tanh form),
  * and with only h or only the weights trained (backward's other two
- * branches), for both GELUs: the same as tg_affine(tg_gelu(...)). */
+ * branches), for both GELUs: the same as tg_affine(tg_gelu(...)). With all
+ * three trained, float32 goes all rows at once: the small shape has the
+ * weight and bias gradients made apart, the large one [600 rows, 80 out,
+ * 96 in] from the packed kernel's one pass. */
 START_TEST(gelu_affine_matches_the_two_ops_in_float32_and_with_part_trained)
 {
     tg_rng *rng = tg_rng_new(11);
-    const int64_t *shapes[3] = {SHAPE(2, 37, 48), SHAPE(20, 48), SHAPE(20)};
+    const int64_t *small[3] = {SHAPE(2, 37, 48), SHAPE(20, 48), SHAPE(20)};
+    const int64_t *large[3] = {SHAPE(2, 300, 96), SHAPE(80, 96), SHAPE(80)};
+    const int64_t *const *shapes[2] = {small, large};
     const unsigned trained[3] = {7u, 1u, 6u}; /* all; h alone; weight and bias */
-    for (int kind = 0; kind < 2; kind++)
-        for (int t = 0; t < 3; t++)
-            check_fused_against_split_for(rng, TG_FLOAT32, 3, (const int[]){3, 2, 1}, shapes,
-                                          gelu_affine_two_ways, kind, 1e-5, 1e-4, trained[t]);
+    for (int size = 0; size < 2; size++)
+        for (int kind = 0; kind < 2; kind++)
+            for (int t = 0; t < 3; t++)
+                check_fused_against_split_for(rng, TG_FLOAT32, 3, (const int[]){3, 2, 1},
+                                              shapes[size], gelu_affine_two_ways, kind, 1e-5,
+                                              1e-4, trained[t]);
     tg_rng_free(rng);
 }
 END_TEST
