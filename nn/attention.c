@@ -268,21 +268,30 @@ tg_tensor *tg_mha_forward(const tg_mha *m, const tg_tensor *query, const tg_tens
         return NULL;
     }
     int64_t B = q->shape[0], L = q->shape[1], S = k->shape[1];
-    tg_tensor *mask = merged_mask(m, opts->attn_mask, kpm, opts->is_causal, q->dtype, B, L, S);
     tg_tensor *w = NULL; /* [B, H, L, S] */
     double p = m->train ? m->dropout : 0;
-    tg_tensor *heads[3];
-    if (self) {
-        project_self(m, q, heads);
+    tg_tensor *o;
+    if (self && !opts->attn_mask && !kpm && !want_w && (p == 0 || m->rng)) {
+        /* the heads read from the one [B, L, 3E] projection in place, and
+         * their gradients written into one: the output comes merged */
+        tg_tensor *qkv = tg_affine(q, m->in_proj_weight, m->in_proj_bias);
+        o = tg_attention_qkvpacked(qkv, m->num_heads, opts->is_causal, 0, p, m->rng);
     } else {
-        heads[0] = project_heads(m, q, 0);
-        heads[1] = project_heads(m, k, 1);
-        heads[2] = project_heads(m, v, 2);
+        tg_tensor *mask = merged_mask(m, opts->attn_mask, kpm, opts->is_causal, q->dtype, B, L,
+                                      S);
+        tg_tensor *heads[3];
+        if (self) {
+            project_self(m, q, heads);
+        } else {
+            heads[0] = project_heads(m, q, 0);
+            heads[1] = project_heads(m, k, 1);
+            heads[2] = project_heads(m, v, 2);
+        }
+        o = tg_scaled_dot_product_attention(heads[0], heads[1], heads[2], mask, p, false, 0,
+                                            m->rng, want_w ? &w : NULL);
+        /* [B, H, L, Dh] -> [B, L, H, Dh] -> [B, L, E] (reshape copies the heads together). */
+        o = tg_reshape(tg_transpose(o, 1, 2), 3, (int64_t[]){B, L, m->embed_dim});
     }
-    tg_tensor *o = tg_scaled_dot_product_attention(heads[0], heads[1], heads[2], mask, p, false,
-                                                   0, m->rng, want_w ? &w : NULL);
-    /* [B, H, L, Dh] -> [B, L, H, Dh] -> [B, L, E] (reshape copies the heads together). */
-    o = tg_reshape(tg_transpose(o, 1, 2), 3, (int64_t[]){B, L, m->embed_dim});
     o = tg_linear_forward(m->out_proj, o);
     if (want_w && opts->average_attn_weights)
         w = tg_mean(w, (int[]){1}, 1, false);
