@@ -54,8 +54,8 @@ static int bias_grad(const tg_tensor *gc, tg_tensor **db)
  * *db = gc summed over its rows, from one pass of the packed kernel over
  * gc: 0, 1 when tg__sgemm_weight_grads declines (nothing done), or -1 when
  * out of memory. */
-static int weight_and_bias_grads(const tg_tensor *gc, const tg_tensor *xv, int64_t rows,
-                                 int64_t out, int64_t in, tg_tensor *dw, tg_tensor **db)
+static int fused_weight_and_bias_grads(const tg_tensor *gc, const tg_tensor *xv, int64_t rows,
+                                       int64_t out, int64_t in, tg_tensor *dw, tg_tensor **db)
 {
     double *sums = malloc((size_t)(out > 0 ? out : 1) * sizeof *sums);
     int rc = sums ? tg__sgemm_weight_grads(rows, out, in, tg__ptr(gc), tg__ptr(xv), tg__ptr(dw),
@@ -72,6 +72,24 @@ static int weight_and_bias_grads(const tg_tensor *gc, const tg_tensor *xv, int64
     }
     free(sums);
     return rc;
+}
+
+/* dw = gc^T @ xv unless dw is NULL, and *db = gc summed over its rows
+ * unless db is NULL (gc contiguous [rows, out], xv [rows, in]): in float32
+ * both from one pass of the packed kernel where it takes the shape, else
+ * apart. 0, or -1 when out of memory. */
+static int weight_and_bias_grads(const tg_tensor *gc, const tg_tensor *xv, int64_t rows,
+                                 int64_t out, int64_t in, tg_tensor *dw, tg_tensor **db)
+{
+    int rc = dw && db && xv->dtype == TG_FLOAT32
+                 ? fused_weight_and_bias_grads(gc, xv, rows, out, in, dw, db)
+                 : 1;
+    if (rc != 1)
+        return rc;
+    if (dw && tg__gemm(xv->dtype, false, true, false, out, in, rows, 1.0, tg__ptr(gc), out,
+                       tg__ptr(xv), in, 0.0, tg__ptr(dw), in) < 0)
+        return -1;
+    return db ? bias_grad(gc, db) : 0;
 }
 
 /* The gradients of y = xv @ w^T + b given gy, with xv the values the product
@@ -100,18 +118,10 @@ static int product_grads(tg_node *n, int wi, const tg_tensor *gy, const tg_tenso
                                            tg__ptr(gc), out, tg__ptr(wc), in, beta_dx,
                                            tg__ptr(dx), in) < 0)
         rc = -1;
-    /* float32 dw and dbias together where the packed kernel can */
-    int fused = rc == 0 && dw && !both && needs[1] && xv->dtype == TG_FLOAT32
-                    ? weight_and_bias_grads(gc, xv, rows, out, in, dw, &grads[1])
-                    : 1;
-    if (fused < 0)
-        rc = -1;
-    if (rc == 0 && fused == 1 && dw && !both &&
-        tg__gemm(xv->dtype, false, true, false, out, in, rows, 1.0, tg__ptr(gc), out,
-                 tg__ptr(xv), in, 0.0, tg__ptr(dw), in) < 0)
-        rc = -1;
-    if (rc == 0 && fused == 1 && needs[1])
-        rc = bias_grad(gc, &grads[1]);
+    /* dw unless the region above made it, and dbias */
+    if (rc == 0)
+        rc = weight_and_bias_grads(gc, xv, rows, out, in, both ? NULL : dw,
+                                   needs[1] ? &grads[1] : NULL);
     tg_release(gc);
     tg_release(wc);
     if (rc < 0) {
@@ -307,12 +317,6 @@ static int gelu_affine_whole(tg_node *n, const tg_tensor *hc, const tg_tensor *g
         tg__gelu_with_grad(TG_FLOAT32, n->iargs[0] == TG_GELU_TANH, tg__ptr(hc), tg__ptr(a),
                            tg__ptr(dh), rows * in);
         rc = weight_and_bias_grads(gc, a, rows, out, in, dw, db);
-    }
-    if (rc == 1) { /* the packed kernel declined: the two apart */
-        rc = tg__gemm(TG_FLOAT32, false, true, false, out, in, rows, 1.0, tg__ptr(gc), out,
-                      tg__ptr(a), in, 0.0, tg__ptr(dw), in);
-        if (rc == 0)
-            rc = bias_grad(gc, db);
     }
     tg_release(a);
     return rc;
