@@ -33,7 +33,7 @@ void tg__attn_row_dots(tg_dtype dtype, const void *x, int64_t ldx, const void *y
                        int64_t rows, int64_t n, double *dsum);
 
 /* One float32 tile without dropout in an online softmax: scores t [nr, ldt]
- * (ldt >= nc rounded up to TG_ATTN_ROW_PAD) become exp(s - m) for each
+ * (nr <= TG_ATTN_TILE, ldt >= nc rounded up to TG_ATTN_ROW_PAD) become exp(s - m) for each
  * row's new running max m[r]; the running sum l[r] and the accumulated
  * rows acc [nr, ev] are rescaled to that max. m[r] is -inf before a row's
  * first key, and a row with no key yet gets zeros. */
