@@ -245,8 +245,8 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
  * transpose(1, 2) and reshape; backward writes the gradients of q, k and v
  * into one gradient of qkv instead of three added into it. No mask: only
  * is_causal. Errors: TG_ERR_NULL (qkv; rng with dropout), TG_ERR_DTYPE
- * (not float), TG_ERR_SHAPE (qkv not 3-D, or its last dim not 3 * heads *
- * E), TG_ERR_VALUE (heads < 1, scale not finite, dropout_p outside [0, 1)). */
+ * (not float), TG_ERR_SHAPE (qkv not 3-D, its last dim not 3 * heads * E,
+ * or more heads than columns), TG_ERR_VALUE (heads < 1, scale not finite, dropout_p outside [0, 1)). */
 tg_tensor *tg_attention_qkvpacked(const tg_tensor *qkv, int64_t heads, bool is_causal,
                                   double scale, double dropout_p, tg_rng *rng);
 

@@ -423,6 +423,10 @@ tg_tensor *tg_attention_qkvpacked(const tg_tensor *qkv, int64_t heads, bool is_c
     if (heads < 1)
         return tg__fail(TG_ERR_VALUE, "%s: heads = %lld; it must be at least 1", fn,
                         (long long)heads);
+    if (heads > 1 && qkv->shape[2] / 3 < heads) /* also keeps B heads T from overflowing */
+        return tg__fail(TG_ERR_SHAPE, "%s: heads = %lld, more than the %lld columns of each of "
+                                      "q, k and v in qkv %s", fn, (long long)heads,
+                        (long long)(qkv->shape[2] / 3), TG_SHAPE_STR(qkv));
     if (qkv->shape[2] % 3 != 0 || qkv->shape[2] / 3 % heads != 0)
         return tg__fail(TG_ERR_SHAPE, "%s: the last dim of qkv %s is not 3 * heads (%lld) * E",
                         fn, TG_SHAPE_STR(qkv), (long long)heads);

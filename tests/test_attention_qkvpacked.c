@@ -183,6 +183,11 @@ START_TEST(packed_rejects_bad_arguments)
     ck_assert_ptr_null(tg_attention_qkvpacked(tg_zeros(TG_FLOAT32, 3, SHAPE(2, 3, 13)), 1, false,
                                               0, 0, NULL));
     ck_assert_error(TG_ERR_SHAPE, fn, "[2,3,13]");
+    ck_assert_ptr_null(tg_attention_qkvpacked(qkv, 5, false, 0, 0, NULL));
+    ck_assert_error(TG_ERR_SHAPE, fn, "heads = 5", "4 columns");
+    ck_assert_ptr_null(tg_attention_qkvpacked(tg_zeros(TG_FLOAT32, 3, SHAPE(2, 3, 0)), INT64_MAX,
+                                              false, 0, 0, NULL));
+    ck_assert_error(TG_ERR_SHAPE, fn, "heads", "0 columns");
     ck_assert_ptr_null(tg_attention_qkvpacked(qkv, 0, false, 0, 0, NULL));
     ck_assert_error(TG_ERR_VALUE, fn, "heads");
     ck_assert_ptr_null(tg_attention_qkvpacked(qkv, -2, false, 0, 0, NULL));
