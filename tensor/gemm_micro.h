@@ -5,9 +5,15 @@
  *   MK_NAME   function name         MK_T  element type   MK_V  vector type
  *   MK_W      lanes per vector      MK_MR rows           MK_NV vectors per row
  *   MK_TARGET the target attribute, MK_LOAD / MK_STORE (unaligned),
- *   MK_SET1 (broadcast), MK_FMA(a, b, c) = a * b + c, MK_MUL, MK_ZERO */
+ *   MK_SET1 (broadcast), MK_FMA(a, b, c) = a * b + c, MK_MUL, MK_ZERO
+ *   MK_STRIDE (optional) the packed panel's width when the kernel computes
+ *             only its first MK_MR rows: a short last tile (default MK_MR) */
 
-/* C[MR][NR] = alpha * pa @ pb + beta * C, from pa = [kc][MR] and
+#ifndef MK_STRIDE
+#define MK_STRIDE MK_MR
+#endif
+
+/* C[MR][NR] = alpha * pa @ pb + beta * C, from pa = [kc][STRIDE] and
  * pb = [kc][NR] packed panels; beta == 0 never reads C, and then adds the
  * row bias[0..NR) to every row unless bias is NULL. */
 MK_TARGET static void MK_NAME(int64_t kc, const MK_T *restrict pa, const MK_T *restrict pb,
@@ -41,7 +47,7 @@ MK_TARGET static void MK_NAME(int64_t kc, const MK_T *restrict pa, const MK_T *r
             for (int v = 0; v < MK_NV; v++)
                 acc[r][v] = MK_FMA(a, b[v], acc[r][v]);
         }
-        pa += MK_MR;
+        pa += MK_STRIDE;
         pb += MK_NV * MK_W;
     }
     MK_V va = MK_SET1(alpha);
@@ -87,3 +93,4 @@ MK_TARGET static void MK_NAME(int64_t kc, const MK_T *restrict pa, const MK_T *r
 #undef MK_SET1
 #undef MK_FMA
 #undef MK_MUL
+#undef MK_STRIDE

@@ -153,12 +153,22 @@ static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int
             for (int64_t ir = 0; ir < mc; ir += mr) {
                 int h = mc - ir < mr ? (int)(mc - ir) : mr;
                 GEMM_T *cp = c + (i0 + ir) * ldc + j;
-                if (h == mr && w == nr) {
-                    u->fn(kc, pa + ir * kc, bs + j * kc, cp, ldc, alpha, beta,
-                          bias ? bias + j : NULL);
+                /* a short last tile takes the kernel of the fewest rows that
+                 * holds it */
+                __typeof__(*u->fn) *fn = u->fn;
+                int rows = mr;
+                for (int s = 0; h < mr && s < TG_UKR_SHORT && u->short_rows[s]; s++)
+                    if (h <= u->short_rows[s]) {
+                        fn = u->short_fn[s];
+                        rows = u->short_rows[s];
+                        break;
+                    }
+                if (h == rows && w == nr) {
+                    fn(kc, pa + ir * kc, bs + j * kc, cp, ldc, alpha, beta,
+                       bias ? bias + j : NULL);
                     continue;
                 }
-                u->fn(kc, pa + ir * kc, bs + j * kc, tile, nr, 1, 0, NULL);
+                fn(kc, pa + ir * kc, bs + j * kc, tile, nr, 1, 0, NULL);
                 for (int r = 0; r < h; r++)
                     for (int x = 0; x < w; x++) {
                         GEMM_T *to = cp + r * ldc + x, v = alpha * tile[r * nr + x];

@@ -40,6 +40,54 @@
 #define MK_FMA _mm512_fmadd_pd
 #define MK_MUL _mm512_mul_pd
 #include "gemm_micro.h"
+
+/* The float kernel's short last tiles: the first 4, 7 or 10 rows of a
+ * 14-row panel, so that 2048 rows (146 tiles and 4 rows) do not pay for a
+ * whole tile of zeros. */
+#undef MK_MR
+#define MK_MR 4
+#define MK_STRIDE 14
+#define MK_ZERO _mm512_setzero_ps
+#define MK_NAME ukr_avx512_f32_rows4
+#define MK_T float
+#define MK_V __m512
+#define MK_W 16
+#define MK_LOAD _mm512_loadu_ps
+#define MK_STORE _mm512_storeu_ps
+#define MK_SET1 _mm512_set1_ps
+#define MK_FMA _mm512_fmadd_ps
+#define MK_MUL _mm512_mul_ps
+#include "gemm_micro.h"
+
+#undef MK_MR
+#define MK_MR 7
+#define MK_STRIDE 14
+#define MK_ZERO _mm512_setzero_ps
+#define MK_NAME ukr_avx512_f32_rows7
+#define MK_T float
+#define MK_V __m512
+#define MK_W 16
+#define MK_LOAD _mm512_loadu_ps
+#define MK_STORE _mm512_storeu_ps
+#define MK_SET1 _mm512_set1_ps
+#define MK_FMA _mm512_fmadd_ps
+#define MK_MUL _mm512_mul_ps
+#include "gemm_micro.h"
+
+#undef MK_MR
+#define MK_MR 10
+#define MK_STRIDE 14
+#define MK_ZERO _mm512_setzero_ps
+#define MK_NAME ukr_avx512_f32_rows10
+#define MK_T float
+#define MK_V __m512
+#define MK_W 16
+#define MK_LOAD _mm512_loadu_ps
+#define MK_STORE _mm512_storeu_ps
+#define MK_SET1 _mm512_set1_ps
+#define MK_FMA _mm512_fmadd_ps
+#define MK_MUL _mm512_mul_ps
+#include "gemm_micro.h"
 #undef MK_TARGET
 #undef MK_MR
 #undef MK_NV
@@ -177,7 +225,7 @@ pack_cols_avx2_f32(const float *src, int64_t ld, int64_t cols, int64_t rows, int
                     q * width + j < cols ? src[p * ld + q * width + j] : 0;
 }
 
-/* {mr, nr, mc, kc, nc, kernel, packing}. A kc x nr panel of B is reused
+/* {mr, nr, mc, kc, nc, kernel, packings, short tiles}. A kc x nr panel of B is reused
  * across a whole mc-row block of A (mc x kc, kept in the 1 MiB L2); nc
  * bounds the packed slice of B the threads share. Float AVX-512 goes 512
  * deep: its B panel (64 KiB) then streams from L2 rather than sitting in
@@ -185,11 +233,14 @@ pack_cols_avx2_f32(const float *src, int64_t ld, int64_t cols, int64_t rows, int
  * instead of twice, 1-2% faster on Zen 4. There (512-bit FMAs issued as
  * two 256-bit halves) the AVX2 kernel is nearly as fast as the AVX-512 one. */
 static const struct tg__ukr_f32 avx512_f32 = {
-    14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rows_avx2_f32, pack_cols_avx2_f32};
-static const struct tg__ukr_f64 avx512_f64 = {14, 16, 112, 256, 2048, ukr_avx512_f64, NULL, NULL};
+    14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rows_avx2_f32, pack_cols_avx2_f32,
+    {4, 7, 10}, {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}};
+static const struct tg__ukr_f64 avx512_f64 = {
+    14, 16, 112, 256, 2048, ukr_avx512_f64, NULL, NULL, {0}, {NULL}};
 static const struct tg__ukr_f32 avx2_f32 = {
-    6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rows_avx2_f32, pack_cols_avx2_f32};
-static const struct tg__ukr_f64 avx2_f64 = {6, 8, 96, 256, 2048, ukr_avx2_f64, NULL, NULL};
+    6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rows_avx2_f32, pack_cols_avx2_f32, {0}, {NULL}};
+static const struct tg__ukr_f64 avx2_f64 = {
+    6, 8, 96, 256, 2048, ukr_avx2_f64, NULL, NULL, {0}, {NULL}};
 
 bool tg__gemm_isa_available(enum tg__gemm_isa isa)
 {

@@ -34,18 +34,25 @@ typedef void (*tg__pack_cols_f64_fn)(const double *src, int64_t ld, int64_t cols
 
 /* A micro-kernel with its tile (mr x nr) and the cache blocking that suits
  * it, in elements: an mc x kc block of A for L2, a kc x nc slice of B; and
- * the packings for its ISA, each NULL when the portable loop serves. */
+ * the packings for its ISA, each NULL when the portable loop serves; and
+ * kernels for a last tile of fewer than mr rows, each reading the first
+ * short_rows[s] rows of an mr-row panel (ascending, 0 past the last). */
+#define TG_UKR_SHORT 3
 struct tg__ukr_f32 {
     int mr, nr, mc, kc, nc;
     tg__ukr_f32_fn fn;
     tg__pack_rows_f32_fn pack_rows;
     tg__pack_cols_f32_fn pack_cols;
+    int short_rows[TG_UKR_SHORT];
+    tg__ukr_f32_fn short_fn[TG_UKR_SHORT];
 };
 struct tg__ukr_f64 {
     int mr, nr, mc, kc, nc;
     tg__ukr_f64_fn fn;
     tg__pack_rows_f64_fn pack_rows;
     tg__pack_cols_f64_fn pack_cols;
+    int short_rows[TG_UKR_SHORT];
+    tg__ukr_f64_fn short_fn[TG_UKR_SHORT];
 };
 
 /* Whether this build has kernels for isa and the CPU runs them. */

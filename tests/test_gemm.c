@@ -155,6 +155,42 @@ START_TEST(every_isa_path_matches_naive_loop_across_blocks)
 }
 END_TEST
 
+/* The last tile of every height short of a whole one: 5 whole 14-row
+ * tiles of the AVX-512 kernel plus 1 to 13 rows, which take its kernels of
+ * 4, 7 or 10 rows (writing C straight when the rows fill one, else through
+ * the scratch tile), and the other paths' own edges, with beta, and with
+ * the bias row straight into C (3 whole 32-column panels). */
+START_TEST(short_last_tiles_match_naive_loop)
+{
+    enum tg__gemm_isa isa = isas[_i];
+    if (!tg__gemm_force_isa(isa))
+        return;
+    enum { N = 96, K = 70 };
+    static float a[83 * K], b[K * N], bias[N], c[83 * N];
+    for (int i = 0; i < 83 * K; i++)
+        a[i] = (float)((i * 7919) % 23) / 11.0f - 1.0f;
+    for (int i = 0; i < K * N; i++)
+        b[i] = (float)((i * 104729) % 19) / 9.0f - 1.0f;
+    for (int j = 0; j < N; j++)
+        bias[j] = (float)(j % 7) - 3.5f;
+    for (int64_t m = 71; m <= 83; m++) {
+        check_gemm(tg__dgemm_builtin, tg__sgemm_builtin, m, N, K);
+        int rc = tg__sgemm_bias(false, m, N, K, a, K, b, N, bias, NULL, c, N);
+        ck_assert_int_eq(rc, isa == TG_GEMM_ISA_GENERIC ? 1 : 0);
+        for (int64_t i = 0; rc == 0 && i < m; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double want = bias[j];
+                for (int64_t p = 0; p < K; p++)
+                    want += (double)a[i * K + p] * b[p * N + j];
+                ck_assert_msg(fabs(c[i * N + j] - want) <= 1e-4 * (1 + fabs(want)),
+                              "m=%lld (%lld,%lld): %g vs %g", (long long)m, (long long)i,
+                              (long long)j, c[i * N + j], want);
+            }
+    }
+    ck_assert(tg__gemm_force_isa(TG_GEMM_ISA_AUTO));
+}
+END_TEST
+
 /* A thin product (2 rows) with beta == 0 writes C without reading the NaN
  * it held, for B stored either way. */
 START_TEST(thin_gemm_with_beta_zero_ignores_what_c_held)
@@ -511,6 +547,7 @@ int main(void)
     tcase_add_loop_test(gemm, every_isa_path_matches_naive_loop_across_blocks, 0,
                         3 * N_ISA_SHAPES);
     tcase_add_loop_test(gemm, every_isa_path_handles_beta_zero_and_empty_k, 0, 3);
+    tcase_add_loop_test(gemm, short_last_tiles_match_naive_loop, 0, 3);
     tcase_add_loop_test(gemm, packed_product_adds_the_bias_row_once, 0, 3 * N_ISA_SHAPES);
     tcase_add_loop_test(gemm, weight_and_bias_grads_in_one_pass_match_separate_sums, 0, 9);
     tcase_set_timeout(gemm, 60);
