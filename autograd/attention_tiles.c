@@ -113,6 +113,22 @@ static int tile_product(const attn_plan *p, bool diag, bool trans_a, int64_t m, 
     return tg__gemm(p->dtype, true, trans_a, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+/* t [nr, nc] = alpha A B^T, A's nr rows and B's nc rows k long: a tile's
+ * scores, or the gradient of its weights. On a float32 tile across the
+ * causal diagonal only the part below it is made (row r up to key r + d,
+ * with d = r0 - j0), the rest being masked: a third of the work of a
+ * diagonal tile is spared. */
+static int scores_product(const attn_plan *p, bool diag, int64_t d, int64_t nr, int64_t nc,
+                          int64_t k, double alpha, const void *a, int64_t lda, const void *b,
+                          int64_t ldb, void *t, int64_t ldt)
+{
+    if (diag && p->dtype == TG_FLOAT32 && nr > 0 && nc > 0 && k > 0 &&
+        k <= TG_GEMM_TINY_MAX_K)
+        return tg__sgemm_tiny_lower(false, true, nr, nc, k, (float)alpha, a, lda, b, ldb, 0.0f,
+                                    t, ldt, d);
+    return tg__gemm(p->dtype, true, false, true, nr, nc, k, alpha, a, lda, b, ldb, 0.0, t, ldt);
+}
+
 /* The tile of scaled scores for rows r0.. and keys j0.. of batch b, with
  * the mask applied, in the dtype's buffer t [nr, ldt]. */
 static int score_rows(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int64_t j0,
@@ -120,8 +136,8 @@ static int score_rows(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int
 {
     const char *q = p->q + (size_t)(batch_off(p, p->qb, b) + r0 * p->qrs) * esize(p);
     const char *k = p->k + (size_t)(batch_off(p, p->kb, b) + j0 * p->krs) * esize(p);
-    if (tg__gemm(p->dtype, true, false, true, nr, nc, p->E, p->scale, q, p->qrs, k, p->krs, 0.0,
-                 t, ldt) < 0)
+    if (scores_product(p, on_diagonal(p, r0, j0, nc), r0 - j0, nr, nc, p->E, p->scale, q,
+                       p->qrs, k, p->krs, t, ldt) < 0)
         return -1;
     mask_tile(p, b, r0, nr, j0, nc, t, ldt);
     return 0;
@@ -326,22 +342,26 @@ static void keep_row(const attn_plan *p, int64_t b, int64_t i, int64_t j0, doubl
  * [nr, nc] in w->t2, the gradient of the weights after dropout:
  * P = exp(s - lse), Pd = P * Z (Z: dropout's 0 or keep) into w->t2 and
  * dS = P * (dPd * Z - D) into w->t, each element in place. D = rowsum(dPd *
- * Pd) = rowsum(dO * O) holds with dropout too. */
+ * Pd) = rowsum(dO * O) holds with dropout too. Past the causal diagonal,
+ * where dPd may not have been made, both are 0 outright. */
 TG_VECTOR_CLONES
 static void grad_tile(const attn_plan *p, scratch *w, const double *lse, const double *dsum,
                       int64_t b, int64_t r0, int64_t j0, int64_t nr, int64_t nc)
 {
+    bool diag = on_diagonal(p, r0, j0, nc);
     for (int64_t r = 0; r < nr; r++) {
         /* lse = -inf only on a row with every key masked: P = 0 there. */
         double shift = lse[r], keep_all = shift == -INFINITY ? 0 : 1;
         if (shift == -INFINITY)
             shift = 0;
+        int64_t upto = r0 + r + 1 - j0; /* the keys this row sees on the diagonal */
+        int64_t seen = !diag ? nc : upto < 0 ? 0 : upto < nc ? upto : nc;
         double z[BC];
         if (p->dropout)
-            keep_row(p, b, r0 + r, j0, z, nc);
+            keep_row(p, b, r0 + r, j0, z, seen);
         if (p->dtype == TG_FLOAT32 && p->dropout) {
             float *ds = (float *)w->t + r * BC, *pd = (float *)w->t2 + r * BC, d = (float)dsum[r];
-            for (int64_t c = 0; c < nc; c++) {
+            for (int64_t c = 0; c < seen; c++) {
                 float pr = tg__expf((float)((double)ds[c] - shift)) * (float)keep_all;
                 float zc = (float)z[c];
                 ds[c] = pr * (pd[c] * zc - d);
@@ -349,26 +369,29 @@ static void grad_tile(const attn_plan *p, scratch *w, const double *lse, const d
             }
         } else if (p->dtype == TG_FLOAT32) {
             float *ds = (float *)w->t + r * BC, *pd = (float *)w->t2 + r * BC, d = (float)dsum[r];
-            for (int64_t c = 0; c < nc; c++) {
+            for (int64_t c = 0; c < seen; c++) {
                 float pr = tg__expf((float)((double)ds[c] - shift)) * (float)keep_all;
                 ds[c] = pr * (pd[c] - d);
                 pd[c] = pr;
             }
         } else if (p->dropout) {
             double *ds = (double *)w->t + r * BC, *pd = (double *)w->t2 + r * BC;
-            for (int64_t c = 0; c < nc; c++) {
+            for (int64_t c = 0; c < seen; c++) {
                 double pr = exp(ds[c] - shift) * keep_all;
                 ds[c] = pr * (pd[c] * z[c] - dsum[r]);
                 pd[c] = pr * z[c];
             }
         } else {
             double *ds = (double *)w->t + r * BC, *pd = (double *)w->t2 + r * BC;
-            for (int64_t c = 0; c < nc; c++) {
+            for (int64_t c = 0; c < seen; c++) {
                 double pr = exp(ds[c] - shift) * keep_all;
                 ds[c] = pr * (pd[c] - dsum[r]);
                 pd[c] = pr;
             }
         }
+        size_t es = esize(p), rest = (size_t)(nc - seen) * es;
+        memset((char *)w->t + (size_t)(r * BC + seen) * es, 0, rest);
+        memset((char *)w->t2 + (size_t)(r * BC + seen) * es, 0, rest);
     }
 }
 
@@ -461,8 +484,8 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
             const char *kj = k + (size_t)(j0 * p->krs) * es, *vj = v + (size_t)(j0 * p->vrs) * es;
             int rc = score_tile(p, b, r0, nr, j0, nc, w->t);
             /* dPd = dO_i V_j^T [nr, nc] */
-            rc |= tg__gemm(dt, true, false, true, nr, nc, p->Ev, 1.0, goi, g->go_rs, vj, p->vrs,
-                           0.0, w->t2, BC);
+            rc |= scores_product(p, on_diagonal(p, r0, j0, nc), r0 - j0, nr, nc, p->Ev, 1.0, goi,
+                                 g->go_rs, vj, p->vrs, w->t2, BC);
             if (rc < 0)
                 return -1;
             grad_tile(p, w, g->lse + r0, dsum + r0, b, r0, j0, nr, nc); /* t = dS, t2 = Pd */

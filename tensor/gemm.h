@@ -100,6 +100,16 @@ int tg__sgemm_tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 int tg__sgemm_linear_grads(int64_t rows, int64_t in, int64_t out, const float *gy,
                            const float *w, const float *x, float beta_dx, float *dx, float *dw);
 
+/* tg__sgemm_tiny where only C's lower part is wanted: row i at least at
+ * the columns j <= i + hi (a causal attention tile's scores, or their
+ * gradient). Columns past that are computed where they share a strip of
+ * rows and a vector with wanted ones and left as they were otherwise;
+ * every element written has the value and bits tg__sgemm_tiny gives it.
+ * Same contract. */
+int tg__sgemm_tiny_lower(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                         float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                         float beta, float *c, int64_t ldc, int64_t hi);
+
 /* tg__sgemm_tiny for an op(A) that is zero outside a band, which it skips:
  * row i of op(A) is read only at p in [i + lo, i + hi] (within [0, k));
  * INT64_MIN and INT64_MAX leave that side open. A causal attention tile's

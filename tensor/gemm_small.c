@@ -383,10 +383,55 @@ static inline __attribute__((always_inline)) void tiny_rows(
     }
 }
 
+/* Rows per strip of a product whose C is wanted only below a diagonal:
+ * each strip computes the vectors of columns its last row wants. */
+#define LOWER_STRIP 16
+/* cols_hi of a product that wants all of C. */
+#define ALL_COLS (INT64_MAX / 4)
+
+/* The rows of tiny_rows in strips when C is wanted only at j <= i +
+ * cols_hi: each strip stops after the vector holding its last row's last
+ * wanted column; strips with none are skipped. The band is shifted to each
+ * strip's first row. */
+static inline __attribute__((always_inline)) void tiny_lower_rows(
+    int64_t m, int64_t j0, int64_t nb, int64_t k, band bd, int64_t cols_hi, float alpha,
+    const float *a, int64_t sa_i, int64_t sa_p, const float *bt, int64_t ldbt, float beta,
+    float *c, int64_t ldc)
+{
+    int64_t strip = cols_hi >= ALL_COLS ? m : LOWER_STRIP;
+    for (int64_t i0 = 0; i0 < m; i0 += strip) {
+        int64_t rows = m - i0 < strip ? m - i0 : strip;
+        int64_t want = cols_hi >= ALL_COLS ? nb : i0 + rows + cols_hi - j0;
+        if (want <= 0)
+            continue;
+        int nv = (int)(((want < nb ? want : nb) + LANES - 1) / LANES);
+        int64_t cols = nv * LANES < nb ? nv * LANES : nb;
+        band bs = {bd.lo + i0, bd.hi + i0};
+        const float *ai = a + i0 * sa_i;
+        float *ci = c + i0 * ldc;
+        switch (nv) {
+        case 1:
+            tiny_rows(1, rows, cols, k, bs, alpha, ai, sa_i, sa_p, bt, ldbt, beta, ci, ldc);
+            break;
+        case 2:
+            tiny_rows(2, rows, cols, k, bs, alpha, ai, sa_i, sa_p, bt, ldbt, beta, ci, ldc);
+            break;
+        case 3:
+            tiny_rows(3, rows, cols, k, bs, alpha, ai, sa_i, sa_p, bt, ldbt, beta, ci, ldc);
+            break;
+        default:
+            tiny_rows(4, rows, cols, k, bs, alpha, ai, sa_i, sa_p, bt, ldbt, beta, ci, ldc);
+            break;
+        }
+    }
+}
+
+/* The tiny product, reading op(A) only in the band bd and writing C at
+ * least where j <= i + cols_hi (ALL_COLS: everywhere). */
 TG_VECTOR_CLONES
 static void tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, band bd,
-                 float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
-                 float beta, float *c, int64_t ldc)
+                 int64_t cols_hi, float alpha, const float *a, int64_t lda, const float *b,
+                 int64_t ldb, float beta, float *c, int64_t ldc)
 {
     int64_t sa_i = trans_a ? 1 : lda, sa_p = trans_a ? lda : 1;
     float bt[TG_GEMM_TINY_MAX_K * TG_GEMM_TINY_MAX_N];
@@ -420,12 +465,8 @@ static void tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, ba
             tiny_rows8(m, nb, k, bd, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc);
             continue;
         }
-        switch (nv) {
-        case 1: tiny_rows(1, m, nb, k, bd, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
-        case 2: tiny_rows(2, m, nb, k, bd, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
-        case 3: tiny_rows(3, m, nb, k, bd, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
-        default: tiny_rows(4, m, nb, k, bd, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0, ldc); break;
-        }
+        tiny_lower_rows(m, j0, nb, k, bd, cols_hi, alpha, a, sa_i, sa_p, bp, ldbt, beta, c + j0,
+                        ldc);
     }
 }
 
@@ -433,7 +474,17 @@ int tg__sgemm_tiny(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                    float *c, int64_t ldc)
 {
-    tiny(trans_a, trans_b, m, n, k, NO_BAND, alpha, a, lda, b, ldb, beta, c, ldc);
+    tiny(trans_a, trans_b, m, n, k, NO_BAND, ALL_COLS, alpha, a, lda, b, ldb, beta, c, ldc);
+    return 0;
+}
+
+int tg__sgemm_tiny_lower(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                         float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                         float beta, float *c, int64_t ldc, int64_t hi)
+{
+    int64_t far = m + n; /* past every row and column: no overflow below */
+    hi = hi < -far ? -far : hi > far ? far : hi;
+    tiny(trans_a, trans_b, m, n, k, NO_BAND, hi, alpha, a, lda, b, ldb, beta, c, ldc);
     return 0;
 }
 
@@ -444,6 +495,7 @@ int tg__sgemm_tiny_band(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
     int64_t far = m + k; /* past every row and p: no overflow in i + lo */
     lo = lo < -far ? -far : lo > far ? far : lo;
     hi = hi < -far ? -far : hi > far ? far : hi;
-    tiny(trans_a, trans_b, m, n, k, (band){lo, hi}, alpha, a, lda, b, ldb, beta, c, ldc);
+    tiny(trans_a, trans_b, m, n, k, (band){lo, hi}, ALL_COLS, alpha, a, lda, b, ldb, beta, c,
+         ldc);
     return 0;
 }

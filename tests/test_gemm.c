@@ -324,6 +324,50 @@ START_TEST(banded_tiny_product_skips_only_zeros)
 }
 END_TEST
 
+/* The lower product writes every element on or below its diagonal (j <=
+ * i + hi) with the bits tg__sgemm_tiny gives it, and any other element it
+ * writes too; the rest keep the NaN they held. Attention's shapes (B
+ * stored by rows, as keys are), with beta, and diagonals from above the
+ * first row to past the last column. */
+START_TEST(lower_tiny_product_writes_the_lower_part_as_tiny_does)
+{
+    static const int64_t shapes[][4] = {/* m, n, k, hi */
+        {64, 64, 64, 0}, {64, 64, 40, -16}, {37, 50, 20, 5}, {16, 64, 8, -70},
+        {64, 48, 33, 100}, {20, 64, 64, -3}};
+    static float a[64 * 64], b[64 * 64], full[64 * 64], lower[64 * 64];
+    for (int sh = 0; sh < 6; sh++)
+        for (int tb = 0; tb < 2; tb++) {
+            int64_t m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2], hi = shapes[sh][3];
+            int64_t ldb = tb ? k : n;
+            float beta = tb ? 0.5f : 0.0f;
+            for (int64_t i = 0; i < m * k; i++)
+                a[i] = sinf(0.11f * (float)i);
+            for (int64_t i = 0; i < n * k; i++)
+                b[i] = cosf(0.37f * (float)i);
+            for (int64_t i = 0; i < m * n; i++)
+                full[i] = lower[i] = tb ? (float)(i % 5) : NAN;
+            ck_assert_int_eq(tg__sgemm_tiny(false, tb, m, n, k, 1.5f, a, k, b, ldb, beta, full,
+                                            n), 0);
+            ck_assert_int_eq(tg__sgemm_tiny_lower(false, tb, m, n, k, 1.5f, a, k, b, ldb, beta,
+                                                  lower, n, hi), 0);
+            int64_t skipped = 0;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    float got = lower[i * n + j], want = full[i * n + j];
+                    bool kept = tb ? got == (float)((i * n + j) % 5) && got != want : isnan(got);
+                    ck_assert_msg(memcmp(&got, &want, sizeof got) == 0 || (j > i + hi && kept),
+                                  "%lldx%lldx%lld hi=%lld tb=%d (%lld,%lld): %g vs %g",
+                                  (long long)m, (long long)n, (long long)k, (long long)hi, tb,
+                                  (long long)i, (long long)j, got, want);
+                    skipped += memcmp(&got, &want, sizeof got) != 0;
+                }
+            /* the upper part is spared where a whole strip's vector is above it */
+            if (hi <= 0 && m == 64 && n == 64)
+                ck_assert_int_gt(skipped, 0);
+        }
+}
+END_TEST
+
 /* A small linear layer's two gradient products in one region come out bit
  * for bit as two tg__sgemm calls make them, dx added to what it held:
  * [rows, 32] layers of 32 and of 7 outputs. A layer too wide for the narrow path is left to the caller,
@@ -543,6 +587,7 @@ int main(void)
     tcase_add_test(gemm, long_reduction_is_two_tiny_halves_added);
     tcase_add_test(gemm, linear_grads_in_one_region_match_two_products);
     tcase_add_test(gemm, banded_tiny_product_skips_only_zeros);
+    tcase_add_test(gemm, lower_tiny_product_writes_the_lower_part_as_tiny_does);
     tcase_add_test(gemm, gemm_with_empty_dims);
     tcase_add_loop_test(gemm, every_isa_path_matches_naive_loop_across_blocks, 0,
                         3 * N_ISA_SHAPES);
