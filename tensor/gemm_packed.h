@@ -179,16 +179,84 @@ static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int
     }
 }
 
+/* One slice of a product as its chunks see it: chunk's arguments but the
+ * rows and the panels, with the slice's beta, bias, asum and C. */
+typedef struct {
+    const GEMM_UKR *u;
+    bool trans_a;
+    const GEMM_T *a;
+    int64_t lda, m, tiles, row_blocks, g, q_all, ns, ns_pad, ps, ks;
+    const GEMM_T *pb;
+    GEMM_T alpha, beta;
+    const GEMM_T *bias;
+    GEMM_FN(amap_fn) amap;
+    double *asum;
+    GEMM_T *c;
+    int64_t ldc;
+} GEMM_FN(slice);
+
+/* The tiles of chunk t's row block (t / g; the blocks' tile counts differ
+ * by one at most). */
+static int64_t GEMM_FN(first_tile)(const GEMM_FN(slice) *s, int64_t t)
+{
+    return t / s->g * s->tiles / s->row_blocks;
+}
+static int64_t GEMM_FN(block_tiles)(const GEMM_FN(slice) *s, int64_t t)
+{
+    return GEMM_FN(first_tile)(s, t + s->g) - GEMM_FN(first_tile)(s, t);
+}
+
+/* Tiles [lo, hi) of chunk t: its row block's, by its column group (t % g)
+ * of the slice's panels. Rows are disjoint between any two calls, so each
+ * sums its own rows into asum (column group 0 only). */
+static void GEMM_FN(chunk_tiles)(const GEMM_FN(slice) *s, int64_t t, int64_t lo, int64_t hi,
+                                 GEMM_T *pa)
+{
+    const int mr = s->u->mr;
+    int64_t j = t % s->g, first = GEMM_FN(first_tile)(s, t);
+    int64_t i0 = (first + lo) * mr, i1 = (first + hi) * mr < s->m ? (first + hi) * mr : s->m;
+    GEMM_FN(chunk)(s->u, s->trans_a, s->a, s->lda, i0, i1 - i0, j * s->q_all / s->g,
+                   (j + 1) * s->q_all / s->g, s->ns, s->ns_pad, s->ps, s->ks, s->pb, pa,
+                   s->alpha, s->beta, s->bias, s->amap, j == 0 ? s->asum : NULL, s->c, s->ldc);
+}
+
+/* Tiles per piece of a thread's last chunk, which the team shares out. */
+#define TAIL_TILES 2
+
+/* Thread th's part of a slice's chunks, out of nt: an equal run of them,
+ * the first run to the first thread, as the row-split ops before a product
+ * leave those rows in that core's cache (a dynamic queue of whole chunks
+ * spent 2-3% of a GPT step waiting on the last one). Each run's last chunk
+ * is cut into pieces of TAIL_TILES tiles that the threads take from
+ * next[owner] (zero at the start of the slice) once through their own
+ * runs, their own last chunk first: equal runs still ended 3% apart, most
+ * often the second thread last. With fewer than three chunks a thread
+ * (384-row weight gradients, 2048 deep) the pieces' re-reading of B cost
+ * more than they saved. */
+static void GEMM_FN(run_chunks)(const GEMM_FN(slice) *s, int th, int nt, _Atomic int64_t *next,
+                                GEMM_T *pa)
+{
+    int64_t chunks = s->row_blocks * s->g, t0 = chunks * th / nt, t1 = chunks * (th + 1) / nt;
+    bool tails = nt > 1 && chunks >= 3 * nt;
+    for (int64_t t = t0; t < t1 - tails; t++)
+        GEMM_FN(chunk_tiles)(s, t, 0, GEMM_FN(block_tiles)(s, t), pa);
+    for (int r = 0; tails && r < nt; r++) {
+        int owner = (th + r) % nt;
+        int64_t last = chunks * (owner + 1) / nt - 1, bt = GEMM_FN(block_tiles)(s, last);
+        for (int64_t x; (x = atomic_fetch_add(&next[owner], 1)) * TAIL_TILES < bt;)
+            GEMM_FN(chunk_tiles)(s, last, x * TAIL_TILES,
+                                 (x + 1) * TAIL_TILES < bt ? (x + 1) * TAIL_TILES : bt, pa);
+    }
+}
+
 /* The whole product (gemm.h's contract) with kernel u on up to nt threads,
  * plus bias[0..n) on every row of C when bias is given (beta must then be
- * 0), of amap(op(A)) when amap is given. Per slice of op(B) (up to nc columns x about 2048 deep) the team
- * packs the slice once into a shared buffer, then shares out chunks of C
- * (row blocks, cut into column groups when rows are few), each packing its
- * own A block; with asum, the first to pack a row of op(A) also adds it
- * up into asum[row] (which must start at zero). The chunks go in equal
- * runs, the first run of rows to the first thread, as the row-split ops before a product leave those rows in
- * that core's cache; a dynamic queue spent 2-3% of a GPT step waiting on
- * the last chunk. */
+ * 0), of amap(op(A)) when amap is given. Per slice of op(B) (up to nc
+ * columns x about 2048 deep) the team packs the slice once into a shared
+ * buffer, then shares out chunks of C (row blocks, cut into column groups
+ * when rows are few; run_chunks), each packing its own A block; with asum,
+ * the first to pack a row of op(A) also adds it up into asum[row] (which
+ * must start at zero). */
 static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b, int64_t m,
                            int64_t n, int64_t k, GEMM_T alpha, const GEMM_T *a, int64_t lda,
                            const GEMM_T *b, int64_t ldb, GEMM_T beta, const GEMM_T *bias,
@@ -212,14 +280,17 @@ static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b
     int64_t groups = nt > 1 ? (2 * nt + row_blocks - 1) / row_blocks : 1;
     size_t nb = (size_t)(n_pad * k_max + 31) / 16 * 16;
     size_t na = (size_t)(mc * kc_max + 31) / 16 * 16;
-    GEMM_T *buf = malloc((nb + (size_t)nt * na) * sizeof *buf + 64);
+    size_t tail_at = ((nb + (size_t)nt * na) * sizeof(GEMM_T) + 64 + 7) / 8 * 8;
+    char *buf = malloc(tail_at + (size_t)nt * sizeof(_Atomic int64_t));
     if (!buf)
         return -1;
     GEMM_T *pb = (GEMM_T *)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+    _Atomic int64_t *next = (_Atomic int64_t *)(buf + tail_at); /* run_chunks' tails */
 /* The loop nest, the same for one thread and for a team: PRAGMA_FOR and
- * PRAGMA_BARRIER are the team's worksharing, or nothing. One thread never
- * enters an OpenMP construct, whose team-of-one barriers cost system calls. */
-#define PACKED_LOOPS(pa, PRAGMA_FOR, PRAGMA_FOR_NOWAIT, PRAGMA_BARRIER)                       \
+ * PRAGMA_BARRIER are the team's worksharing, or nothing; TH is the thread.
+ * One thread never enters an OpenMP construct, whose team-of-one barriers
+ * cost system calls. */
+#define PACKED_LOOPS(pa, TH, PRAGMA_FOR, PRAGMA_BARRIER)                                      \
     for (int64_t js = 0; js < n; js += u->nc) {                                           \
         int64_t ns = n - js < u->nc ? n - js : u->nc;                                     \
         int64_t ns_pad = (ns + nr - 1) / nr * nr, q_all = ns_pad / nr;                    \
@@ -233,35 +304,37 @@ static int GEMM_FN(packed)(const GEMM_UKR *u, int nt, bool trans_a, bool trans_b
             int64_t ks = k - ps < ks_max ? k - ps : ks_max;                               \
             int64_t pieces = (ks + u->kc - 1) / u->kc;                                    \
             int64_t parts = GEMM_FN(b_parts)(u, trans_b, ks, q_all);                      \
+            if ((TH) == 0) /* seen by all after the packing's barrier */                  \
+                for (int v = 0; v < nt; v++)                                              \
+                    atomic_store_explicit(&next[v], 0, memory_order_relaxed);             \
             PRAGMA_FOR                                                                    \
             for (int64_t t = 0; t < pieces * parts; t++)                                  \
                 GEMM_FN(pack_b_part)(u, trans_b, b, ldb, js, ns, ns_pad, ps, ks, parts, t, \
                                      pb);                                                 \
-            PRAGMA_FOR_NOWAIT                                                             \
-            for (int64_t t = 0; t < row_blocks * g; t++) {                                \
-                int64_t i0 = t / g * tiles / row_blocks * mr, j = t % g;                  \
-                int64_t i1 = (t / g + 1) * tiles / row_blocks * mr;                       \
-                GEMM_FN(chunk)(u, trans_a, a, lda, i0, (i1 < m ? i1 : m) - i0,            \
-                               j * q_all / g, (j + 1) * q_all / g, ns, ns_pad, ps, ks, pb, \
-                               pa, alpha, ps == 0 ? beta : 1,                             \
-                               ps == 0 && bias ? bias + js : NULL, amap,                  \
-                               js == 0 && j == 0 ? asum : NULL, c + js, ldc);             \
-            }                                                                             \
-            /* the next slice overwrites pb: wait for its readers (the last              \
-             * slice leaves that to the end of the region) */                             \
+            GEMM_FN(slice) sl = {.u = u, .trans_a = trans_a, .a = a, .lda = lda, .m = m,  \
+                                 .tiles = tiles, .row_blocks = row_blocks, .g = g,        \
+                                 .q_all = q_all, .ns = ns, .ns_pad = ns_pad, .ps = ps,    \
+                                 .ks = ks, .pb = pb, .alpha = alpha,                      \
+                                 .beta = ps == 0 ? beta : 1,                              \
+                                 .bias = ps == 0 && bias ? bias + js : NULL,              \
+                                 .amap = amap, .asum = js == 0 ? asum : NULL,             \
+                                 .c = c + js, .ldc = ldc};                                \
+            GEMM_FN(run_chunks)(&sl, (TH), nt, next, pa);                                 \
+            /* the next slice overwrites pb, and resets next: wait for their            \
+             * readers (the last slice leaves that to the end of the region) */          \
             if (ps + ks < k || js + ns < n) {                                             \
                 PRAGMA_BARRIER                                                            \
             }                                                                             \
         }                                                                                 \
     }
     if (nt <= 1) {
-        PACKED_LOOPS(pb + nb, , , )
+        PACKED_LOOPS(pb + nb, 0, , )
     } else {
 #pragma omp parallel num_threads(nt)
         {
             GEMM_T *pa = pb + nb + (size_t)GEMM_THREAD_NUM() * na;
-            PACKED_LOOPS(pa, _Pragma("omp for schedule(dynamic)"),
-                         _Pragma("omp for schedule(static) nowait"), _Pragma("omp barrier"))
+            PACKED_LOOPS(pa, GEMM_THREAD_NUM(), _Pragma("omp for schedule(dynamic)"),
+                         _Pragma("omp barrier"))
         }
     }
 #undef PACKED_LOOPS

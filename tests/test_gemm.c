@@ -191,6 +191,55 @@ START_TEST(short_last_tiles_match_naive_loop)
 }
 END_TEST
 
+/* The SIMD packed kernels shared out over two threads, with each thread's
+ * last chunk cut into pieces that either thread may take: the same bits as
+ * on one thread, and the naive loop's values, for products of 8 and 14 row
+ * blocks (one kc piece, and three). */
+START_TEST(packed_product_on_two_threads_has_the_bits_of_one)
+{
+    static const int64_t shapes[2][3] = {{1100, 64, 50}, {2050, 96, 1100}}; /* m, n, k */
+    enum tg__gemm_isa isa = isas[1 + _i / 2];
+    const int64_t *s = shapes[_i % 2];
+    int64_t m = s[0], n = s[1], k = s[2];
+    if (!tg__gemm_force_isa(isa))
+        return;
+    size_t na = (size_t)(m * k), nb = (size_t)(k * n), nc = (size_t)(m * n);
+    float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b);
+    float *c1 = malloc(nc * sizeof *c1), *c2 = malloc(nc * sizeof *c2);
+    for (int64_t i = 0; i < m * k; i++)
+        a[i] = sinf(0.01f * (float)i);
+    for (int64_t i = 0; i < k * n; i++)
+        b[i] = cosf(0.37f * (float)i);
+    for (int64_t i = 0; i < m * n; i++)
+        c1[i] = c2[i] = (float)(i % 3);
+#if TG_HAVE_OPENMP
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+#endif
+    ck_assert_int_eq(tg__sgemm_builtin(false, false, m, n, k, 1.0f, a, k, b, n, 0.5f, c1, n), 0);
+#if TG_HAVE_OPENMP
+    omp_set_num_threads(2);
+#endif
+    ck_assert_int_eq(tg__sgemm_builtin(false, false, m, n, k, 1.0f, a, k, b, n, 0.5f, c2, n), 0);
+#if TG_HAVE_OPENMP
+    omp_set_num_threads(threads);
+#endif
+    ck_assert(memcmp(c1, c2, nc * sizeof *c1) == 0);
+    for (int64_t i = 0; i < m; i += 7)
+        for (int64_t j = 0; j < n; j++) {
+            double want = 0.5 * (double)((i * n + j) % 3);
+            for (int64_t p = 0; p < k; p++)
+                want += (double)a[i * k + p] * b[p * n + j];
+            double tol = 1e-4 * (1 + sqrt((double)k)) * (1 + fabs(want));
+            ck_assert_msg(fabs(c2[i * n + j] - want) <= tol,
+                          "%lldx%lldx%lld (%lld,%lld): %g vs %g", (long long)m, (long long)n,
+                          (long long)k, (long long)i, (long long)j, c2[i * n + j], want);
+        }
+    free(a), free(b), free(c1), free(c2);
+    ck_assert(tg__gemm_force_isa(TG_GEMM_ISA_AUTO));
+}
+END_TEST
+
 /* A thin product (2 rows) with beta == 0 writes C without reading the NaN
  * it held, for B stored either way. */
 START_TEST(thin_gemm_with_beta_zero_ignores_what_c_held)
@@ -593,6 +642,7 @@ int main(void)
                         3 * N_ISA_SHAPES);
     tcase_add_loop_test(gemm, every_isa_path_handles_beta_zero_and_empty_k, 0, 3);
     tcase_add_loop_test(gemm, short_last_tiles_match_naive_loop, 0, 3);
+    tcase_add_loop_test(gemm, packed_product_on_two_threads_has_the_bits_of_one, 0, 4);
     tcase_add_loop_test(gemm, packed_product_adds_the_bias_row_once, 0, 3 * N_ISA_SHAPES);
     tcase_add_loop_test(gemm, weight_and_bias_grads_in_one_pass_match_separate_sums, 0, 9);
     tcase_set_timeout(gemm, 60);
