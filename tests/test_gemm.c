@@ -194,12 +194,13 @@ END_TEST
 /* The SIMD packed kernels shared out over two threads, with each thread's
  * last chunk cut into pieces that either thread may take: the same bits as
  * on one thread, and the naive loop's values, for products of 8 and 14 row
- * blocks (one kc piece, and three). */
+ * blocks: one kc piece; three in one slice; and three slices of one piece
+ * each (fewer rows than k), whose tails restart each slice. */
 START_TEST(packed_product_on_two_threads_has_the_bits_of_one)
 {
-    static const int64_t shapes[2][3] = {{1100, 64, 50}, {2050, 96, 1100}}; /* m, n, k */
-    enum tg__gemm_isa isa = isas[1 + _i / 2];
-    const int64_t *s = shapes[_i % 2];
+    static const int64_t shapes[3][3] = {{1100, 64, 50}, {2050, 96, 1100}, {1100, 96, 1200}};
+    enum tg__gemm_isa isa = isas[1 + _i / 3];
+    const int64_t *s = shapes[_i % 3]; /* m, n, k */
     int64_t m = s[0], n = s[1], k = s[2];
     if (!tg__gemm_force_isa(isa))
         return;
@@ -642,7 +643,7 @@ int main(void)
                         3 * N_ISA_SHAPES);
     tcase_add_loop_test(gemm, every_isa_path_handles_beta_zero_and_empty_k, 0, 3);
     tcase_add_loop_test(gemm, short_last_tiles_match_naive_loop, 0, 3);
-    tcase_add_loop_test(gemm, packed_product_on_two_threads_has_the_bits_of_one, 0, 4);
+    tcase_add_loop_test(gemm, packed_product_on_two_threads_has_the_bits_of_one, 0, 6);
     tcase_add_loop_test(gemm, packed_product_adds_the_bias_row_once, 0, 3 * N_ISA_SHAPES);
     tcase_add_loop_test(gemm, weight_and_bias_grads_in_one_pass_match_separate_sums, 0, 9);
     tcase_set_timeout(gemm, 60);
