@@ -93,21 +93,23 @@ static void forward_row(void *out, double *mean, double *rstd, const void *x, co
 }
 
 /* float32 rows: two passes (mean, then the mean square deviation), each
- * summed in double over 8 lanes in a fixed order, so the loops vectorise
- * without Welford's division per element and the result does not depend on
- * the vector width. */
+ * summed in double over LN_ROW_LANES lanes in a fixed order, so the loops
+ * vectorise without Welford's division per element and the result does not
+ * depend on the vector width. Four vectors of lanes give the adds four
+ * independent chains; one waited on its own latency at every step. */
 #define LN_LANES TG_DLANES
+#define LN_ROW_LANES (4 * TG_DLANES)
 static inline double sum_f32(const float *x, int64_t d, double shift, bool squares)
 {
-    double acc[LN_LANES] = {0};
+    double acc[LN_ROW_LANES] = {0};
     int64_t i = 0;
-    for (; i + LN_LANES <= d; i += LN_LANES)
-        for (int l = 0; l < LN_LANES; l++) {
+    for (; i + LN_ROW_LANES <= d; i += LN_ROW_LANES)
+        for (int l = 0; l < LN_ROW_LANES; l++) {
             double v = (double)x[i + l] - shift;
             acc[l] += squares ? v * v : v;
         }
     double s = 0;
-    for (int l = 0; l < LN_LANES; l++)
+    for (int l = 0; l < LN_ROW_LANES; l++)
         s += acc[l];
     for (; i < d; i++) {
         double v = (double)x[i] - shift;
@@ -116,6 +118,22 @@ static inline double sum_f32(const float *x, int64_t d, double shift, bool squar
     return s;
 }
 
+/* The mean as two floats, hi + lo: x - hi is exact for x near the mean
+ * (within a factor of two of it), so (x - hi) - lo keeps the digits of the
+ * deviation that float alone would lose when |mean| >> std. */
+typedef struct {
+    float hi, lo;
+} split_mean;
+
+static inline split_mean split(double m)
+{
+    float hi = (float)m;
+    return (split_mean){hi, (float)(m - hi)};
+}
+
+/* The per-element passes over a row work in float, 16 lanes to a vector
+ * where double gives 8 and a conversion each way; the row's statistics stay
+ * in double. */
 TG_VECTOR_CLONES
 static void forward_row_f32(float *out, double *mean, double *rstd, const float *x,
                             const float *w, const float *b, int64_t d, double eps)
@@ -124,10 +142,12 @@ static void forward_row_f32(float *out, double *mean, double *rstd, const float 
     double s = 1.0 / sqrt(sum_f32(x, d, m, true) / (double)d + eps);
     *mean = m;
     *rstd = s;
+    split_mean sm = split(m);
+    float sf = (float)s;
     for (int64_t i = 0; i < d; i++) {
-        double y = ((double)x[i] - m) * s;
+        float y = ((x[i] - sm.hi) - sm.lo) * sf;
         y = w ? y * w[i] : y;
-        out[i] = (float)(b ? y + b[i] : y);
+        out[i] = b ? y + b[i] : y;
     }
 }
 
@@ -177,31 +197,33 @@ static void dx_row(void *dx, const void *g, const void *x, const void *w, const 
     }
 }
 
-/* dx_row for float32, its two sums over 8 lanes as in the forward. */
+/* dx_row for float32, its two sums over LN_ROW_LANES lanes in double as in
+ * the forward, dx itself in float. */
 TG_VECTOR_CLONES
 static void dx_row_f32(float *dx, const float *g, const float *x, const float *w, double m,
                        double s, int64_t d)
 {
-    double acc_a[LN_LANES] = {0}, acc_c[LN_LANES] = {0}, sum_a = 0, sum_c = 0;
+    double acc_a[LN_ROW_LANES] = {0}, acc_c[LN_ROW_LANES] = {0}, sum_a = 0, sum_c = 0;
     int64_t i = 0;
-    for (; i + LN_LANES <= d; i += LN_LANES)
-        for (int l = 0; l < LN_LANES; l++) {
+    for (; i + LN_ROW_LANES <= d; i += LN_ROW_LANES)
+        for (int l = 0; l < LN_ROW_LANES; l++) {
             double xhat = ((double)x[i + l] - m) * s;
             double dxhat = w ? (double)g[i + l] * w[i + l] : (double)g[i + l];
             acc_a[l] += dxhat;
             acc_c[l] += dxhat * xhat;
         }
-    for (int l = 0; l < LN_LANES; l++)
+    for (int l = 0; l < LN_ROW_LANES; l++)
         sum_a += acc_a[l], sum_c += acc_c[l];
     for (; i < d; i++) {
         double xhat = ((double)x[i] - m) * s, dxhat = w ? (double)g[i] * w[i] : (double)g[i];
         sum_a += dxhat;
         sum_c += dxhat * xhat;
     }
-    double a = sum_a / (double)d, c = sum_c / (double)d;
+    float a = (float)(sum_a / (double)d), c = (float)(sum_c / (double)d), sf = (float)s;
+    split_mean sm = split(m);
     for (i = 0; i < d; i++) {
-        double xhat = ((double)x[i] - m) * s, dxhat = w ? (double)g[i] * w[i] : (double)g[i];
-        dx[i] = (float)(s * (dxhat - a - xhat * c));
+        float xhat = ((x[i] - sm.hi) - sm.lo) * sf, dxhat = w ? g[i] * w[i] : g[i];
+        dx[i] = sf * (dxhat - a - xhat * c);
     }
 }
 

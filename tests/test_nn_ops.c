@@ -115,6 +115,32 @@ START_TEST(layer_norm_is_accurate_far_from_zero)
 }
 END_TEST
 
+/* float32 around 4096, where a float's step is 2^-11: the values 4096 +
+ * {0, 1, 1} 2^-10 have a mean float cannot hold (4096 + 2^-10 2/3), and the
+ * deviations from it rounded to a float would be off by a quarter. The
+ * normalised row is (-2, 1, 1) / sqrt(2); the gradient of sum(y * (1, 2,
+ * 4)) is the double op's, of size 1 / std (about 2172). */
+START_TEST(layer_norm_float32_is_accurate_far_from_zero)
+{
+    tg_scope_begin();
+    const double step = 1.0 / 1024;
+    tg_tensor *x32 = T32(SHAPE(3), 1, 4096.0f, (float)(4096 + step), (float)(4096 + step));
+    tg_tensor *x64 = T64(SHAPE(3), 1, 4096.0, 4096 + step, 4096 + step);
+    tg_set_requires_grad(x32, true);
+    tg_set_requires_grad(x64, true);
+    tg_tensor *y32 = tg_layer_norm(x32, 1, NULL, NULL, 1e-20);
+    tg_tensor *y64 = tg_layer_norm(x64, 1, NULL, NULL, 1e-20);
+    ck_assert_values(y32, 1e-5, -sqrt(2.0), sqrt(0.5), sqrt(0.5));
+    tg_tensor *p32 = T32(SHAPE(3), 1, 1.0f, 2.0f, 4.0f), *p64 = T64(SHAPE(3), 1, 1.0, 2.0, 4.0);
+    ck_assert_int_eq(tg_backward(tg_sum(tg_mul(y32, p32), NULL, 0, false), NULL), 0);
+    ck_assert_int_eq(tg_backward(tg_sum(tg_mul(y64, p64), NULL, 0, false), NULL), 0);
+    const double *want = tg_data(tg_grad(x64));
+    ck_assert(fabs(want[1]) > 1000);
+    ck_assert_values(tg_grad(x32), 1e-4 * fabs(want[1]), want[0], want[1], want[2]);
+    tg_scope_end();
+}
+END_TEST
+
 /* loss = sum(layer_norm(x) * 1): g = 1, so db = rows, dw = sum_rows xhat and
  * dx = rstd * (w - mean(w) - xhat * mean(w * xhat)). */
 START_TEST(layer_norm_gradients_match_the_closed_form)
@@ -750,6 +776,7 @@ int main(void)
     tcase_add_test(ln, layer_norm_of_transposed_input_normalises_its_rows);
     tcase_add_test(ln, layer_norm_constant_row_gives_the_bias);
     tcase_add_test(ln, layer_norm_is_accurate_far_from_zero);
+    tcase_add_test(ln, layer_norm_float32_is_accurate_far_from_zero);
     tcase_add_test(ln, layer_norm_gradients_match_the_closed_form);
     tcase_add_test(ln, layer_norm_without_affine_params_backpropagates);
     tcase_add_test(ln, layer_norm_gives_bias_gradient_when_only_bias_requires_grad);
