@@ -81,10 +81,14 @@ MK_TARGET static void MK_NAME(int64_t kc, const MK_T *restrict pa, const MK_T *r
         }
 }
 
-/* The per-type parameters go with each instantiation; MK_TARGET, MK_MR and
- * MK_NV stay for the next one of the same instruction set. */
-#undef MK_ZERO
+/* The name and stride go with each instantiation, and so do the per-type
+ * parameters unless MK_KEEP_TYPE is defined (the next one is of the same
+ * type); MK_TARGET, MK_MR and MK_NV stay for the next one of the same
+ * instruction set. */
 #undef MK_NAME
+#undef MK_STRIDE
+#ifndef MK_KEEP_TYPE
+#undef MK_ZERO
 #undef MK_T
 #undef MK_V
 #undef MK_W
@@ -93,4 +97,4 @@ MK_TARGET static void MK_NAME(int64_t kc, const MK_T *restrict pa, const MK_T *r
 #undef MK_SET1
 #undef MK_FMA
 #undef MK_MUL
-#undef MK_STRIDE
+#endif

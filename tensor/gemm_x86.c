@@ -13,12 +13,14 @@
 #if TG_GEMM_X86
 
 /* AVX-512: 32 zmm registers. float: 14 rows x 2 vectors (32 columns) = 28
- * accumulators + 2 B vectors + 1 broadcast; double: the same with 16 columns. */
+ * accumulators + 2 B vectors + 1 broadcast; double: the same with 16 columns.
+ * The float kernel comes with three for short last tiles: the first 4, 7 or
+ * 10 rows of a 14-row panel, so that 2048 rows (146 tiles and 4 rows) do
+ * not pay for a whole tile of zeros. */
 #define MK_TARGET __attribute__((target("avx512f,avx2,fma")))
-#define MK_MR 14
 #define MK_NV 2
+#define MK_KEEP_TYPE
 #define MK_ZERO _mm512_setzero_ps
-#define MK_NAME ukr_avx512_f32
 #define MK_T float
 #define MK_V __m512
 #define MK_W 16
@@ -27,8 +29,28 @@
 #define MK_SET1 _mm512_set1_ps
 #define MK_FMA _mm512_fmadd_ps
 #define MK_MUL _mm512_mul_ps
+#define MK_MR 14
+#define MK_NAME ukr_avx512_f32
+#include "gemm_micro.h"
+#undef MK_MR
+#define MK_MR 4
+#define MK_STRIDE 14
+#define MK_NAME ukr_avx512_f32_rows4
+#include "gemm_micro.h"
+#undef MK_MR
+#define MK_MR 7
+#define MK_STRIDE 14
+#define MK_NAME ukr_avx512_f32_rows7
+#include "gemm_micro.h"
+#undef MK_KEEP_TYPE /* the last float one */
+#undef MK_MR
+#define MK_MR 10
+#define MK_STRIDE 14
+#define MK_NAME ukr_avx512_f32_rows10
 #include "gemm_micro.h"
 
+#undef MK_MR
+#define MK_MR 14
 #define MK_ZERO _mm512_setzero_pd
 #define MK_NAME ukr_avx512_f64
 #define MK_T double
@@ -39,54 +61,6 @@
 #define MK_SET1 _mm512_set1_pd
 #define MK_FMA _mm512_fmadd_pd
 #define MK_MUL _mm512_mul_pd
-#include "gemm_micro.h"
-
-/* The float kernel's short last tiles: the first 4, 7 or 10 rows of a
- * 14-row panel, so that 2048 rows (146 tiles and 4 rows) do not pay for a
- * whole tile of zeros. */
-#undef MK_MR
-#define MK_MR 4
-#define MK_STRIDE 14
-#define MK_ZERO _mm512_setzero_ps
-#define MK_NAME ukr_avx512_f32_rows4
-#define MK_T float
-#define MK_V __m512
-#define MK_W 16
-#define MK_LOAD _mm512_loadu_ps
-#define MK_STORE _mm512_storeu_ps
-#define MK_SET1 _mm512_set1_ps
-#define MK_FMA _mm512_fmadd_ps
-#define MK_MUL _mm512_mul_ps
-#include "gemm_micro.h"
-
-#undef MK_MR
-#define MK_MR 7
-#define MK_STRIDE 14
-#define MK_ZERO _mm512_setzero_ps
-#define MK_NAME ukr_avx512_f32_rows7
-#define MK_T float
-#define MK_V __m512
-#define MK_W 16
-#define MK_LOAD _mm512_loadu_ps
-#define MK_STORE _mm512_storeu_ps
-#define MK_SET1 _mm512_set1_ps
-#define MK_FMA _mm512_fmadd_ps
-#define MK_MUL _mm512_mul_ps
-#include "gemm_micro.h"
-
-#undef MK_MR
-#define MK_MR 10
-#define MK_STRIDE 14
-#define MK_ZERO _mm512_setzero_ps
-#define MK_NAME ukr_avx512_f32_rows10
-#define MK_T float
-#define MK_V __m512
-#define MK_W 16
-#define MK_LOAD _mm512_loadu_ps
-#define MK_STORE _mm512_storeu_ps
-#define MK_SET1 _mm512_set1_ps
-#define MK_FMA _mm512_fmadd_ps
-#define MK_MUL _mm512_mul_ps
 #include "gemm_micro.h"
 #undef MK_TARGET
 #undef MK_MR
