@@ -4,6 +4,7 @@
  * verdict on the whole computation. Run: build/examples/attention */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "tensorgrad.h"
 
@@ -37,8 +38,15 @@ static int report(const char *what, tg_tensor *t)
     return tg_print(t);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    static const char usage[] = "usage: attention (no options)\n"
+                                "Runs one attention block forward and backward, then the "
+                                "gradient checker on it.\n";
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
+        return fputs(usage, stdout), 0;
+    if (argc > 1)
+        return fprintf(stderr, "attention: unknown argument '%s'\n%s", argv[1], usage), 2;
     tg_rng *rng = tg_rng_new(42);
     int64_t xs[2] = {T, D}, ws[2] = {D, D};
     tg_tensor *in[4] = {

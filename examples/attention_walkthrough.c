@@ -250,10 +250,16 @@ static void backward_pass(tg_rng *rng)
     tg_release(g);
 }
 
-/* Reads --seed N; 0 on success, -1 (after a message) on anything else. */
+static const char usage[] = "usage: attention_walkthrough [--seed N]\n"
+                            "  --seed N  seed of the random Q, K and V (default 0)\n";
+
+/* Reads --seed N; 0 on success, 1 for --help, -1 (after a message) on
+ * anything else. */
 static int parse_args(int argc, char **argv, unsigned long long *seed)
 {
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return 1;
         if (strcmp(argv[i], "--seed") == 0) {
             const char *value = i + 1 < argc ? argv[++i] : "";
             char *end = NULL;
@@ -264,8 +270,7 @@ static int parse_args(int argc, char **argv, unsigned long long *seed)
                             "got '%s'\n", value);
             return -1;
         }
-        fprintf(stderr, "attention_walkthrough: unknown argument '%s'\n"
-                        "usage: attention_walkthrough [--seed N]\n", argv[i]);
+        fprintf(stderr, "attention_walkthrough: unknown argument '%s'\n%s", argv[i], usage);
         return -1;
     }
     return 0;
@@ -274,8 +279,9 @@ static int parse_args(int argc, char **argv, unsigned long long *seed)
 int main(int argc, char **argv)
 {
     unsigned long long seed = 0;
-    if (parse_args(argc, argv, &seed) < 0)
-        return 2;
+    int parsed = parse_args(argc, argv, &seed);
+    if (parsed != 0)
+        return parsed > 0 ? (fputs(usage, stdout), 0) : 2;
     printf("Attention, step by step: softmax(Q K^T / sqrt(d)) V, in float64 (seed %llu).\n",
            seed);
     tutorial_width_two();

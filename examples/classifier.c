@@ -1,14 +1,28 @@
 /* Write your own model: a 2-layer Transformer encoder that learns whether
- * token 1 occurs at least twice in a sequence of 8 tokens, trained with AdamW.
- * The README shows this file; it runs as a test. Run: build/examples/classifier */
+ * token 1 occurs at least twice in a sequence of 8 tokens, trained with AdamW,
+ * then saved. The README shows this file; it runs as a test.
+ * Run: build/examples/classifier [--out FILE] */
 #include <stdio.h>
+#include <string.h>
 
 #include "tensorgrad.h"
 
 enum { VOCAB = 6, T = 8, D = 32, BATCH = 32, STEPS = 300 };
 
-int main(void)
+static const char usage[] = "usage: classifier [--out FILE]\n"
+                            "  --out FILE  where to save the trained weights "
+                            "(default classifier.safetensors)\n";
+
+int main(int argc, char **argv)
 {
+    const char *out = "classifier.safetensors";
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
+        return fputs(usage, stdout), 0;
+    if (argc == 3 && !strcmp(argv[1], "--out") && argv[2][0])
+        out = argv[2];
+    else if (argc != 1)
+        return fprintf(stderr, "classifier: bad arguments\n%s", usage), 2;
+
     tg_rng *rng = tg_rng_new(0);
     tg_encoder_config layer = {.d_model = D, .nhead = 4, .dim_feedforward = 64,
                                .layer_norm_eps = 1e-5, .activation = TG_ACT_RELU};
@@ -48,11 +62,16 @@ int main(void)
                    100 * accuracy / BATCH);
         tg_scope_end();
     }
+    int saved = tg_safetensors_save(out, &ps, 0, NULL, NULL);
+    if (saved < 0)
+        fprintf(stderr, "classifier: %s\n", tg_error_message());
+    else
+        printf("saved %s\n", out);
     tg_optim_free(opt);
     tg_params_clear(&ps);
     tg_linear_free(head);
     tg_encoder_free(encoder);
     tg_embedding_free(embed);
     tg_rng_free(rng);
-    return accuracy / BATCH >= 0.9 ? 0 : 1;
+    return saved == 0 && accuracy / BATCH >= 0.9 ? 0 : 1;
 }

@@ -303,9 +303,9 @@ static int train(const model *m, const options *o, tg_rng *rng, const batch *hel
 
 /* ---- the command line ------------------------------------------------------- */
 
-static int usage(const char *prog)
+static void usage(FILE *f, const char *prog)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: %s [--steps N] [--seed S] [--save FILE] [--eval FILE] [--quick]\n"
             "  --steps N    training steps (default 600)\n"
             "  --quick      150 steps: a short run that still beats chance by far\n"
@@ -313,7 +313,6 @@ static int usage(const char *prog)
             "  --save FILE  where to write the trained weights (default encoder.safetensors)\n"
             "  --eval FILE  load weights from FILE and evaluate them; no training\n",
             prog);
-    return 2;
 }
 
 /* Reads a whole decimal number in [min, max]; 0, or -1 if s is not one. */
@@ -328,13 +327,15 @@ static int parse_number(const char *s, unsigned long long min, unsigned long lon
     return errno || *end || *out < min || *out > max ? -1 : 0;
 }
 
-/* 0, or -1 after naming the bad argument. */
+/* 0, 1 for --help, or -1 after naming the bad argument. */
 static int parse_options(int argc, char **argv, options *o)
 {
     *o = (options){.steps = 600, .seed = 1, .save = "encoder.safetensors"};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
         unsigned long long n;
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)
+            return 1;
         if (strcmp(arg, "--quick") == 0) {
             o->steps = 150;
             continue;
@@ -360,8 +361,11 @@ static int parse_options(int argc, char **argv, options *o)
 int main(int argc, char **argv)
 {
     options o;
-    if (parse_options(argc, argv, &o) < 0)
-        return usage(argv[0]);
+    int parsed = parse_options(argc, argv, &o);
+    if (parsed != 0) {
+        usage(parsed > 0 ? stdout : stderr, argv[0]);
+        return parsed > 0 ? 0 : 2;
+    }
 
     /* The held-out set comes from its own seed and is never trained on. */
     batch *held = malloc(sizeof *held);
