@@ -1,8 +1,9 @@
-/* Checkpoint writes are atomic: a writer killed at any moment of
- * tg_safetensors_save leaves the previous file whole, bit for bit, and a
- * save that fails leaves no temporary file behind. */
+/* Checkpoint writes never lose or mangle the user's files: a writer killed
+ * at any moment leaves the previous file whole, a failed save leaves no
+ * temporary file, and symlinks, modes and odd paths are respected. */
 #include <dirent.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -35,11 +36,24 @@ static void remove_dir(void)
     for (struct dirent *e; d && (e = readdir(d));)
         if (e->d_name[0] != '.') {
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
+            if (unlink(path) != 0)
+                rmdir(path);
         }
     if (d)
         closedir(d);
     rmdir(dir);
+}
+
+/* Entries of dir other than . and .. */
+static int count_entries(void)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
 }
 
 /* Version v of the checkpoint: "big" [BIG] and "version" [] hold values
@@ -107,6 +121,31 @@ static int leftovers(const char *base, const char *other)
     return n;
 }
 
+/* A one-tensor list for the tests that are about paths, not contents. */
+static void small_list(tg_params *ps, float v)
+{
+    tg_tensor *t = tg_full(TG_FLOAT32, 1, SHAPE(3), v);
+    ck_assert_int_eq(tg_params_add(ps, NULL, "t", t), 0);
+    tg_release(t);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    ck_assert_ptr_nonnull(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+static bool file_is(const char *path, const char *text)
+{
+    size_t n;
+    uint8_t *b = file_bytes(path, &n);
+    bool same = n == strlen(text) && memcmp(b, text, n) == 0;
+    free(b);
+    return same;
+}
+
 START_TEST(killed_writer_leaves_previous_checkpoint_intact)
 {
     make_dir();
@@ -162,31 +201,91 @@ START_TEST(killed_writer_leaves_previous_checkpoint_intact)
 }
 END_TEST
 
-/* A save that cannot finish (the target is a directory, so the rename
- * fails) reports TG_ERR_IO, removes its temporary file and leaves the
- * target alone. */
+/* A save that cannot finish (a file size limit makes the write fail)
+ * reports TG_ERR_IO, removes its temporary file and leaves the target
+ * alone. The limit is set in a child, which reports by its exit status. */
 START_TEST(failed_save_removes_its_temporary_file)
 {
     make_dir();
     char path[512];
     snprintf(path, sizeof path, "%s/target", dir);
-    ck_assert_int_eq(mkdir(path, 0700), 0);
-    tg_params ps = {0};
-    tg_tensor *t = tg_ones(TG_FLOAT32, 1, SHAPE(3));
-    tg_params_add(&ps, NULL, "t", t);
-    tg_release(t);
-    ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), -1);
-    ck_assert_error(TG_ERR_IO, "tg_safetensors_save", path, "rename");
-    ck_assert_int_eq(leftovers("target", "target"), 0);
-    struct stat st;
-    ck_assert(stat(path, &st) == 0 && S_ISDIR(st.st_mode));
-    rmdir(path);
+    write_text(path, "previous");
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit lim = {4096, 4096};
+        tg_params big = {0};
+        make_version(&big, 1);
+        int rc = setrlimit(RLIMIT_FSIZE, &lim) == 0 ? tg_safetensors_save(path, &big, 0, NULL, NULL)
+                                                   : 0;
+        bool io = tg_error_code() == TG_ERR_IO &&
+                  strstr(tg_error_message(), "cannot write temporary file");
+        tg_params_clear(&big);
+        _exit(rc == -1 && io ? 0 : 1);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the save did not fail with IO");
+    ck_assert_int_eq(count_entries(), 1);
+    ck_assert(file_is(path, "previous"));
 
     /* A missing directory: nothing is created anywhere. */
+    tg_params ps = {0};
+    small_list(&ps, 1);
     snprintf(path, sizeof path, "%s/missing/model.safetensors", dir);
     ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), -1);
     ck_assert_error(TG_ERR_IO, "tg_safetensors_save", "cannot create temporary file");
-    ck_assert_int_eq(leftovers("none", "none"), 0);
+    ck_assert_int_eq(count_entries(), 1);
+    tg_params_clear(&ps);
+    remove_dir();
+}
+END_TEST
+
+/* check_writable answers as save would, and leaves nothing behind. Paths
+ * that would fail even for root: under a regular file, a mode with no
+ * write bits (refused by mode, not by access(2)). */
+START_TEST(check_writable_agrees_with_save)
+{
+    make_dir();
+    char path[512], file[512], link[512];
+    snprintf(path, sizeof path, "%s/new.safetensors", dir);
+    snprintf(file, sizeof file, "%s/file", dir);
+    snprintf(link, sizeof link, "%s/link", dir);
+    ck_assert_int_eq(tg_safetensors_check_writable(path), 0);
+    ck_assert_int_eq(count_entries(), 0);
+    write_text(file, "keep");
+    ck_assert_int_eq(symlink("file", link), 0);
+    ck_assert_int_eq(tg_safetensors_check_writable(file), 0);
+    ck_assert_int_eq(tg_safetensors_check_writable(link), 0);
+    ck_assert_int_eq(count_entries(), 2);
+    ck_assert(file_is(file, "keep"));
+
+    snprintf(path, sizeof path, "%s/missing/m.safetensors", dir);
+    ck_assert_int_eq(tg_safetensors_check_writable(path), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", path, "No such file");
+    snprintf(path, sizeof path, "%s/file/m.safetensors", dir);
+    ck_assert_int_eq(tg_safetensors_check_writable(path), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", path, "Not a directory");
+    ck_assert_int_eq(tg_safetensors_check_writable(""), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", "path is empty");
+    ck_assert_int_eq(tg_safetensors_check_writable(dir), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", dir, "is a directory");
+    ck_assert_int_eq(tg_safetensors_check_writable(NULL), -1);
+    ck_assert_error(TG_ERR_NULL, "tg_safetensors_check_writable", "path");
+
+    /* Read-only: refused directly and through the link, as save refuses. */
+    ck_assert_int_eq(chmod(file, 0444), 0);
+    ck_assert_int_eq(tg_safetensors_check_writable(file), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", file, "is read-only");
+    ck_assert_int_eq(tg_safetensors_check_writable(link), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", link, file, "is read-only");
+    tg_params ps = {0};
+    small_list(&ps, 1);
+    ck_assert_int_eq(tg_safetensors_save(link, &ps, 0, NULL, NULL), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_save: ", link, file, "is read-only");
+    ck_assert_int_eq(count_entries(), 2);
+    ck_assert(file_is(file, "keep"));
     tg_params_clear(&ps);
     remove_dir();
 }
@@ -199,6 +298,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, killed_writer_leaves_previous_checkpoint_intact);
     tcase_add_test(tc, failed_save_removes_its_temporary_file);
+    tcase_add_test(tc, check_writable_agrees_with_save);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

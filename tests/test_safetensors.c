@@ -549,12 +549,11 @@ START_TEST(save_to_unwritable_place_fails_with_io_and_leaves_no_temp_file)
     ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), -1);
     ck_assert_error(TG_ERR_IO, "tg_safetensors_save: ", path, "No such file or directory");
 
-    /* The target is a directory: the temporary file is written, the rename
-     * fails, and the temporary file must be gone afterwards. */
+    /* The target is a directory: refused before any temporary file exists. */
     snprintf(path, sizeof path, "%s/target", dir);
     ck_assert_int_eq(mkdir(path, 0755), 0);
     ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), -1);
-    ck_assert_error(TG_ERR_IO, "tg_safetensors_save: ", path, "cannot rename");
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_save: ", path, "is a directory; not replacing it");
     ck_assert_int_eq(count_entries(dir), 1);
     rmdir(path);
 
