@@ -192,6 +192,9 @@ START_TEST(killed_writer_leaves_previous_checkpoint_intact)
     int left = leftovers("model.safetensors", "reference_a");
     printf("atomic_save: %d rounds, old file kept %d, new file complete %d, "
            "temporary files left by killed writers %d\n", rounds, kept_a, became_b, left);
+    /* The next save clears what the killed writers left. */
+    ck_assert_int_eq(tg_safetensors_save(path, &a, 0, NULL, NULL), 0);
+    ck_assert_int_eq(leftovers("model.safetensors", "reference_a"), 0);
     ck_assert_int_eq(kept_a + became_b, rounds);
     ck_assert_int_ge(kept_a, 1); /* some kill must have landed mid-save */
     free(ref_bytes);
@@ -291,6 +294,162 @@ START_TEST(check_writable_agrees_with_save)
 }
 END_TEST
 
+/* A symlink stays a symlink: the file it names is replaced. Relative links
+ * resolve from the link's directory, chains are followed, a dangling link
+ * creates the file it names, and a loop is a clear error. */
+START_TEST(save_through_symlink_replaces_target_and_keeps_link)
+{
+    make_dir();
+    char real[512], sub[512], link[512], chain[512], dangle[512], loop[512], made[512];
+    snprintf(real, sizeof real, "%s/real.safetensors", dir);
+    snprintf(sub, sizeof sub, "%s/links", dir);
+    snprintf(link, sizeof link, "%s/links/link", dir);
+    snprintf(chain, sizeof chain, "%s/chain", dir);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    write_text(real, "old");
+    ck_assert_int_eq(symlink("../real.safetensors", link), 0); /* relative to links/ */
+    ck_assert_int_eq(symlink("links/link", chain), 0);
+    tg_params one = {0}, two = {0};
+    small_list(&one, 1);
+    small_list(&two, 2);
+    ck_assert_msg(tg_safetensors_save(link, &one, 0, NULL, NULL) == 0, "%s", tg_error_message());
+    assert_loads_as(real, &one);
+    ck_assert_msg(tg_safetensors_save(chain, &two, 0, NULL, NULL) == 0, "%s", tg_error_message());
+    assert_loads_as(real, &two);
+    char text[64];
+    ssize_t n = readlink(link, text, sizeof text - 1);
+    ck_assert_int_eq(n, 19);
+    text[n] = '\0';
+    ck_assert_str_eq(text, "../real.safetensors");
+    n = readlink(chain, text, sizeof text - 1);
+    ck_assert_int_eq(n, 10);
+    ck_assert_int_eq(count_entries(), 3); /* real, links/, chain: no temporaries */
+
+    snprintf(dangle, sizeof dangle, "%s/dangle", dir);
+    snprintf(made, sizeof made, "%s/made.safetensors", dir);
+    ck_assert_int_eq(symlink("made.safetensors", dangle), 0);
+    ck_assert_msg(tg_safetensors_save(dangle, &one, 0, NULL, NULL) == 0, "%s", tg_error_message());
+    assert_loads_as(made, &one);
+    struct stat st;
+    ck_assert(lstat(dangle, &st) == 0 && S_ISLNK(st.st_mode));
+
+    snprintf(loop, sizeof loop, "%s/loop", dir);
+    ck_assert_int_eq(symlink("loop", loop), 0);
+    ck_assert_int_eq(tg_safetensors_save(loop, &one, 0, NULL, NULL), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_save: ", loop, "too many levels of symbolic links");
+    ck_assert_int_eq(count_entries(), 6);
+    tg_params_clear(&one);
+    tg_params_clear(&two);
+    remove_dir();
+}
+END_TEST
+
+static mode_t mode_of(const char *path)
+{
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    return st.st_mode & 07777;
+}
+
+/* A file with no write bits is refused and left as it was; a replaced file
+ * keeps its mode, even one the umask would narrow; a new file gets
+ * 0666 & ~umask. */
+START_TEST(save_keeps_permissions_and_refuses_read_only_files)
+{
+    make_dir();
+    char path[512];
+    tg_params ps = {0};
+    small_list(&ps, 1);
+    snprintf(path, sizeof path, "%s/ro.safetensors", dir);
+    write_text(path, "read-only");
+    ck_assert_int_eq(chmod(path, 0444), 0);
+    ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_save: ", path, "is read-only; not replacing it");
+    ck_assert(file_is(path, "read-only"));
+    ck_assert_uint_eq(mode_of(path), 0444);
+    ck_assert_int_eq(count_entries(), 1);
+
+    mode_t old_mask = umask(077);
+    const mode_t modes[] = {0600, 0640, 0664, 0200};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        snprintf(path, sizeof path, "%s/m%zu.safetensors", dir, i);
+        write_text(path, "old");
+        ck_assert_int_eq(chmod(path, modes[i]), 0);
+        ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), 0);
+        ck_assert_msg(mode_of(path) == modes[i], "mode %o became %o", (unsigned)modes[i],
+                      (unsigned)mode_of(path));
+    }
+    umask(022);
+    snprintf(path, sizeof path, "%s/new.safetensors", dir);
+    ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), 0);
+    ck_assert_uint_eq(mode_of(path), 0644);
+    umask(old_mask);
+    tg_params_clear(&ps);
+    remove_dir();
+}
+END_TEST
+
+/* An empty path names no file: refused, and nothing appears in the working
+ * directory (it used to gain a ".tmp.<pid>.<n>" file). */
+START_TEST(save_to_empty_path_is_refused_and_creates_nothing)
+{
+    make_dir();
+    char cwd[1024];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    ck_assert_int_eq(chdir(dir), 0);
+    tg_params ps = {0};
+    small_list(&ps, 1);
+    ck_assert_int_eq(tg_safetensors_save("", &ps, 0, NULL, NULL), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_save: ", "the path is empty");
+    ck_assert_int_eq(count_entries(), 0);
+    ck_assert_int_eq(chdir(cwd), 0);
+    tg_params_clear(&ps);
+    remove_dir();
+}
+END_TEST
+
+/* A pid that no longer runs: a child's, after it was reaped. */
+static long dead_pid(void)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(0);
+    ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+    return (long)pid;
+}
+
+/* A save removes the temporaries that dead writers left for its target, and
+ * nothing else: not a live writer's (this process or another), not another
+ * target's, not names that only look alike. */
+START_TEST(save_removes_temporaries_of_dead_writers_only)
+{
+    make_dir();
+    long dead = dead_pid(), self = (long)getpid(), parent = (long)getppid();
+    const char *base = "m.safetensors";
+    char stale[600], name[600], path[512];
+    snprintf(stale, sizeof stale, "%s/%s.tmp.%ld.0", dir, base, dead);
+    write_text(stale, "stale");
+    const char *kept_fmt[] = {"%s.tmp.%ld.3", "%s.tmp.%ld.4", "%s.tmp.%ld.0.bak", "%s.tmp.%ld",
+                              "%s.tmp.+%ld.0", "%s.tmp.%ld.x", "x%s.tmp.%ld.0", "%s.tmp.%ld.0 "};
+    const long kept_pid[] = {self, parent, dead, dead, dead, dead, dead, dead};
+    int n_kept = (int)(sizeof kept_pid / sizeof kept_pid[0]);
+    for (int i = 0; i < n_kept; i++) {
+        int len = snprintf(name, sizeof name, "%s/", dir);
+        snprintf(name + len, sizeof name - (size_t)len, kept_fmt[i], base, kept_pid[i]);
+        write_text(name, "keep");
+    }
+    tg_params ps = {0};
+    small_list(&ps, 1);
+    snprintf(path, sizeof path, "%s/%s", dir, base);
+    ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), 0);
+    ck_assert_int_eq(access(stale, F_OK), -1);
+    ck_assert_int_eq(count_entries(), n_kept + 1);
+    tg_params_clear(&ps);
+    remove_dir();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("atomic_save");
@@ -299,6 +458,10 @@ int main(void)
     tcase_add_test(tc, killed_writer_leaves_previous_checkpoint_intact);
     tcase_add_test(tc, failed_save_removes_its_temporary_file);
     tcase_add_test(tc, check_writable_agrees_with_save);
+    tcase_add_test(tc, save_through_symlink_replaces_target_and_keeps_link);
+    tcase_add_test(tc, save_keeps_permissions_and_refuses_read_only_files);
+    tcase_add_test(tc, save_to_empty_path_is_refused_and_creates_nothing);
+    tcase_add_test(tc, save_removes_temporaries_of_dead_writers_only);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
