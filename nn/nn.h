@@ -372,11 +372,16 @@ int tg_safetensors_check_writable(const char *path);
  * in the file). Rejects, with a message naming the problem and the file:
  * a truncated file, a header length past the end, malformed JSON, an unknown
  * dtype, a shape that does not match its byte range, offsets out of range or
- * overlapping, duplicate names. On error out is left as it was. */
+ * overlapping, duplicate names. path must be a regular file: a directory,
+ * FIFO, device or socket is TG_ERR_IO ("is not a regular file (it is a
+ * FIFO)"), reported at once, without opening it, so a FIFO never blocks. A
+ * missing or unreadable file is TG_ERR_IO too. On error out is left as it
+ * was. */
 int tg_safetensors_load(const char *path, tg_params *out);
 /* Copies the file's tensors into the tensors of ps, matched by name: all or
  * nothing. A missing name, an unexpected name, or a shape or dtype mismatch
- * is an error and changes no parameter. */
+ * is an error and changes no parameter. The file is read and refused as by
+ * tg_safetensors_load. */
 int tg_safetensors_load_into(const char *path, const tg_params *ps);
 
 #ifdef __cplusplus

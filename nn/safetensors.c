@@ -492,45 +492,74 @@ static int bad(const st_file *f, const char *fmt, ...)
     return -1;
 }
 
-static int read_whole_file(st_file *f)
+static int read_fail(const st_file *f, const char *what, int err)
 {
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    const char *what = "cannot open";
-    if (fd >= 0) {
-        what = "cannot stat";
-        if (fstat(fd, &st) == 0) {
-            what = "not a regular file";
-            if (S_ISREG(st.st_mode)) {
-                f->size = (size_t)st.st_size;
-                f->bytes = malloc(f->size ? f->size : 1);
-                if (!f->bytes) {
-                    close(fd);
-                    tg__fail(TG_ERR_NOMEM, "%s: %s: out of memory reading %zu bytes", f->fn,
-                             f->path, f->size);
-                    return -1;
-                }
-                size_t got = 0;
-                ssize_t r = 1;
-                while (got < f->size && (r = read(fd, f->bytes + got, f->size - got)) != 0) {
-                    if (r < 0 && errno != EINTR)
-                        break;
-                    got += r > 0 ? (size_t)r : 0;
-                }
-                what = got == f->size ? NULL : r == 0 ? "file shrank while reading" : "cannot read";
-                if (r == 0 && got < f->size)
-                    errno = EIO;
-            } else
-                errno = EISDIR;
+    tg__fail(TG_ERR_IO, "%s: %s: %s: %s", f->fn, f->path, what, strerror(err));
+    return -1;
+}
+
+static const char *kind_of(mode_t m)
+{
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "of an unknown kind";
+}
+
+/* A read-only descriptor of f->path if it is a regular file. stat comes
+ * first, so a FIFO or a device is never opened (a FIFO would wait for a
+ * writer); O_NONBLOCK and fstat catch one swapped in between. */
+static int open_regular(const st_file *f, struct stat *st)
+{
+    int fd = -1;
+    if (stat(f->path, st) != 0)
+        return read_fail(f, "cannot open", errno);
+    if (S_ISREG(st->st_mode)) {
+        fd = open(f->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+            return read_fail(f, "cannot open", errno);
+        if (fstat(fd, st) != 0) {
+            int err = errno;
+            close(fd);
+            return read_fail(f, "cannot stat", err);
         }
     }
-    int err = errno;
-    if (fd >= 0)
-        close(fd);
-    if (what) {
-        tg__fail(TG_ERR_IO, "%s: %s: %s: %s", f->fn, f->path, what, strerror(err));
+    if (!S_ISREG(st->st_mode)) {
+        if (fd >= 0)
+            close(fd);
+        tg__fail(TG_ERR_IO, "%s: %s: is not a regular file (it is %s)", f->fn, f->path,
+                 kind_of(st->st_mode));
         return -1;
     }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0)
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+}
+
+static int read_whole_file(st_file *f)
+{
+    struct stat st;
+    int fd = open_regular(f, &st);
+    if (fd < 0)
+        return -1;
+    f->size = (size_t)st.st_size;
+    f->bytes = malloc(f->size ? f->size : 1);
+    if (!f->bytes) {
+        close(fd);
+        tg__fail(TG_ERR_NOMEM, "%s: %s: out of memory reading %zu bytes", f->fn, f->path,
+                 f->size);
+        return -1;
+    }
+    size_t got = 0;
+    ssize_t r = 1;
+    while (got < f->size && (r = read(fd, f->bytes + got, f->size - got)) != 0) {
+        if (r < 0 && errno != EINTR)
+            break;
+        got += r > 0 ? (size_t)r : 0;
+    }
+    int err = r < 0 ? errno : EIO;
+    close(fd);
+    if (got < f->size)
+        return read_fail(f, r == 0 ? "file shrank while reading" : "cannot read", err);
     return 0;
 }
 
