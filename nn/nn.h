@@ -331,7 +331,7 @@ double tg_clip_grad_norm(const tg_params *ps, double max_norm);
 double tg_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, double lr_max,
                            double lr_min);
 
-/* ---- safetensors checkpoints (nn/safetensors.c) ------------------------------ */
+/* ---- safetensors checkpoints (nn/safetensors.c, nn/save_path.c) ------------ */
 /* The format: 8-byte little-endian header length N, N bytes of JSON mapping
  * each name to {"dtype": "F32"|"F64"|"I64"|"BOOL", "shape": [...],
  * "data_offsets": [begin, end]} (plus an optional "__metadata__" object of
