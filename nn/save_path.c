@@ -98,8 +98,9 @@ static int resolve_dest(tg__save_dest *d)
 static int refuse_dest(const tg__save_dest *d)
 {
     const char *base = base_of(d->target);
-    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 ||
-        (d->exists && S_ISDIR(d->st.st_mode)))
+    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+        return tg__save_fail(d, "names a directory, not a file", 0);
+    if (d->exists && S_ISDIR(d->st.st_mode))
         return tg__save_fail(d, "is a directory; not replacing it", 0);
     if (d->exists && !S_ISREG(d->st.st_mode))
         return tg__save_fail(d, "is not a regular file; not replacing it", 0);
@@ -116,10 +117,11 @@ int tg__save_prepare(tg__save_dest *d, const char *fn, const char *path)
     return resolve_dest(d) < 0 || refuse_dest(d) < 0 ? -1 : 0;
 }
 
-/* Parses ".tmp.<pid>.<n>" (digits only, nothing after) into *pid. */
+/* Parses ".tmp.<pid>.<n>" (digits only, as tg__save_create_temp writes them: no
+ * sign, no leading zero in the pid, nothing after) into *pid. */
 static bool temp_suffix(const char *s, long *pid)
 {
-    if (strncmp(s, ".tmp.", 5) != 0)
+    if (strncmp(s, ".tmp.", 5) != 0 || s[5] == '0')
         return false;
     s += 5;
     long p = 0;

@@ -274,6 +274,9 @@ START_TEST(check_writable_agrees_with_save)
     ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", "path is empty");
     ck_assert_int_eq(tg_safetensors_check_writable(dir), -1);
     ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", dir, "is a directory");
+    snprintf(path, sizeof path, "%s/missing/", dir);
+    ck_assert_int_eq(tg_safetensors_check_writable(path), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", path, "names a directory");
     ck_assert_int_eq(tg_safetensors_check_writable(NULL), -1);
     ck_assert_error(TG_ERR_NULL, "tg_safetensors_check_writable", "path");
 
@@ -431,8 +434,9 @@ START_TEST(save_removes_temporaries_of_dead_writers_only)
     snprintf(stale, sizeof stale, "%s/%s.tmp.%ld.0", dir, base, dead);
     write_text(stale, "stale");
     const char *kept_fmt[] = {"%s.tmp.%ld.3", "%s.tmp.%ld.4", "%s.tmp.%ld.0.bak", "%s.tmp.%ld",
-                              "%s.tmp.+%ld.0", "%s.tmp.%ld.x", "x%s.tmp.%ld.0", "%s.tmp.%ld.0 "};
-    const long kept_pid[] = {self, parent, dead, dead, dead, dead, dead, dead};
+                              "%s.tmp.+%ld.0", "%s.tmp.%ld.x", "x%s.tmp.%ld.0", "%s.tmp.%ld.0 ",
+                              "%s.tmp.0%ld.0", "%s.tmp.%ld."};
+    const long kept_pid[] = {self, parent, dead, dead, dead, dead, dead, dead, dead, dead};
     int n_kept = (int)(sizeof kept_pid / sizeof kept_pid[0]);
     for (int i = 0; i < n_kept; i++) {
         int len = snprintf(name, sizeof name, "%s/", dir);
