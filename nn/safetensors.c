@@ -3,7 +3,6 @@
  * ranges, names), so a bad file changes nothing. The format is in nn.h. */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -199,9 +198,7 @@ static int write_and_rename(const tg__save_dest *d, const tg__jbuf *header, cons
     if (err) {
         if (fd >= 0)
             unlink(tmp);
-        char msg[PATH_MAX + 64];
-        snprintf(msg, sizeof msg, "%s %s", what, tmp ? tmp : "");
-        tg__save_fail(d, msg, err);
+        tg__save_fail(d, what, tmp, err);
     } else {
         tg__save_sync_dir(d->target);
     }

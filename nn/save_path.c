@@ -18,12 +18,12 @@
 /* Symlink hops followed before a chain counts as a loop, as Linux counts. */
 #define MAX_LINK_HOPS 40
 
-int tg__save_fail(const tg__save_dest *d, const char *what, int err)
+int tg__save_fail(const tg__save_dest *d, const char *what, const char *tmp, int err)
 {
     bool via = d->target && strcmp(d->target, d->path) != 0;
-    tg__fail(TG_ERR_IO, "%s: %s%s%s: %s%s%s", d->fn, *d->path ? d->path : "\"\"",
-             via ? " -> " : "", via ? d->target : "", what, err ? ": " : "",
-             err ? strerror(err) : "");
+    tg__fail(TG_ERR_IO, "%s: %s%s%s: %s%s%s%s%s", d->fn, *d->path ? d->path : "\"\"",
+             via ? " -> " : "", via ? d->target : "", what, tmp ? " " : "", tmp ? tmp : "",
+             err ? ": " : "", err ? strerror(err) : "");
     return -1;
 }
 
@@ -70,13 +70,13 @@ static char *follow_link(const char *link)
 static int resolve_dest(tg__save_dest *d)
 {
     if (!*d->path)
-        return tg__save_fail(d, "the path is empty", 0);
+        return tg__save_fail(d, "the path is empty", NULL, 0);
     if (!(d->target = strdup(d->path)))
-        return tg__save_fail(d, "out of memory", ENOMEM);
+        return tg__fail(TG_ERR_NOMEM, "%s: %s: out of memory", d->fn, d->path), -1;
     for (int hops = 0;; hops++) {
         if (lstat(d->target, &d->st) != 0) {
             if (errno != ENOENT)
-                return tg__save_fail(d, "cannot stat", errno);
+                return tg__save_fail(d, "cannot stat", NULL, errno);
             d->exists = false;
             return 0;
         }
@@ -85,10 +85,11 @@ static int resolve_dest(tg__save_dest *d)
             return 0;
         }
         if (hops == MAX_LINK_HOPS)
-            return tg__save_fail(d, "too many levels of symbolic links (a loop?)", 0);
+            return tg__save_fail(d, "too many levels of symbolic links (a loop?)", NULL,
+                                 0);
         char *next = follow_link(d->target);
         if (!next)
-            return tg__save_fail(d, "cannot read the symbolic link", errno);
+            return tg__save_fail(d, "cannot read the symbolic link", NULL, errno);
         free(d->target);
         d->target = next;
     }
@@ -99,13 +100,13 @@ static int refuse_dest(const tg__save_dest *d)
 {
     const char *base = base_of(d->target);
     if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
-        return tg__save_fail(d, "names a directory, not a file", 0);
+        return tg__save_fail(d, "names a directory, not a file", NULL, 0);
     if (d->exists && S_ISDIR(d->st.st_mode))
-        return tg__save_fail(d, "is a directory; not replacing it", 0);
+        return tg__save_fail(d, "is a directory; not replacing it", NULL, 0);
     if (d->exists && !S_ISREG(d->st.st_mode))
-        return tg__save_fail(d, "is not a regular file; not replacing it", 0);
+        return tg__save_fail(d, "is not a regular file; not replacing it", NULL, 0);
     if (d->exists && !(d->st.st_mode & 0222))
-        return tg__save_fail(d, "is read-only; not replacing it", 0);
+        return tg__save_fail(d, "is read-only; not replacing it", NULL, 0);
     return 0;
 }
 
@@ -215,7 +216,7 @@ int tg_safetensors_check_writable(const char *path)
     if (rc == 0) {
         int fd = tg__save_create_temp(&d, &tmp);
         if (fd < 0) {
-            rc = tg__save_fail(&d, "cannot create a file beside it", errno);
+            rc = tg__save_fail(&d, "cannot create temporary file", tmp, errno);
         } else {
             close(fd);
             unlink(tmp);

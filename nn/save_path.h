@@ -20,8 +20,9 @@ typedef struct {
  * replace: 0, or -1 with TG_ERR_IO recorded. d->target needs freeing either
  * way. */
 int tg__save_prepare(tg__save_dest *d, const char *fn, const char *path);
-/* Records TG_ERR_IO "fn: path[ -> target]: what[: strerror(err)]"; -1. */
-int tg__save_fail(const tg__save_dest *d, const char *what, int err);
+/* Records TG_ERR_IO "fn: path[ -> target]: what[ tmp][: strerror(err)]"
+ * (tmp and err left out when NULL and 0); returns -1. */
+int tg__save_fail(const tg__save_dest *d, const char *what, const char *tmp, int err);
 /* Creates target.tmp.<pid>.<n> for writing, with the mode of the file it
  * will replace; its name in *tmp (malloc'd; NULL when memory ran out). The
  * descriptor, or -1 with errno set. */
