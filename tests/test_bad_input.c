@@ -726,7 +726,7 @@ static const bad_input catalogue[] = {
     E(load_null_path, TG_ERR_NULL, "tg_safetensors_load", "path"),
     E(load_directory, TG_ERR_IO, "tg_safetensors_load", "/tmp", "is not a regular file"),
     E(load_empty_file, TG_ERR_VALUE, "tg_safetensors_load", "/tmp/tg_bad_input_"),
-    E(load_device, TG_ERR_IO, "tg_safetensors_load", "/dev/null", "not a regular file"),
+    E(load_device, TG_ERR_IO, "tg_safetensors_load", "/dev/null", "(it is a character device)"),
     E(save_empty_path, TG_ERR_IO, "tg_safetensors_save", "path is empty"),
     E(check_writable_directory, TG_ERR_IO, "tg_safetensors_check_writable", "/tmp", "directory"),
     E(save_into_missing_dir, TG_ERR_IO, "tg_safetensors_save", "/nonexistent/dir"),
