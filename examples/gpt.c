@@ -810,9 +810,11 @@ static int train_loop(trainer *tr, const dataset *d, const options *o)
         tr->step = s;
         progress(tr, first, started, tty);
         if (o->save_every && tr->step % o->save_every == 0 && tr->step < tr->steps &&
-            tr->step != o->stop_at && !interrupted && save_run(o->out, tr, d) == 0)
+            tr->step != o->stop_at && !interrupted && save_run(o->out, tr, d) == 0) {
             printf("%ssaved %s at step %lld\n", tty ? "\r\033[K" : "", o->out,
                    (long long)tr->step);
+            fflush(stdout);
+        }
     }
     double secs = now() - started;
     printf("%strained %lld steps in %.1f s (%.2f steps/s)\n",
