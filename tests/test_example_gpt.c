@@ -451,8 +451,9 @@ START_TEST(periodic_checkpoint_of_a_killed_run_resumes_bit_for_bit)
     char args[256];
     snprintf(args, sizeof args, "train %s --save-every 3 --out p.st --svg p.svg", run_args);
     pid_t pid = start(args);
-    ck_assert_msg(wait_for_file("p.st", 1000, 60), "no checkpoint appeared");
+    bool saved = wait_for_file("p.st", 1000, 60);
     ck_assert_int_eq(stop(pid, SIGKILL), 128 + SIGKILL);
+    ck_assert_msg(saved, "no checkpoint appeared:\n%s", output);
     ck_assert_output("saved p.st at step 3");
     int64_t done = steps_done("p.st");
     ck_assert_int_eq(done % 3, 0);
@@ -466,8 +467,9 @@ START_TEST(sigterm_saves_a_resumable_checkpoint_and_exits_143)
     char args[256];
     snprintf(args, sizeof args, "train %s --save-every 4 --out p.st --svg p.svg", run_args);
     pid_t pid = start(args);
-    ck_assert_msg(wait_for_file("p.st", 1000, 60), "no checkpoint appeared");
+    bool saved = wait_for_file("p.st", 1000, 60);
     ck_assert_int_eq(stop(pid, SIGTERM), 143);
+    ck_assert_msg(saved, "no checkpoint appeared:\n%s", output);
     ck_assert_output("by SIGTERM; continue with --resume p.st");
     const char *at = strstr(output, "stopped at step ");
     ck_assert_ptr_nonnull(at);
@@ -477,8 +479,9 @@ START_TEST(sigterm_saves_a_resumable_checkpoint_and_exits_143)
 
     pid = start("train --config tiny --batch 4 --steps 100000 --save-every 2 --out i.st "
                 "--svg i.svg");
-    ck_assert_msg(wait_for_file("i.st", 1000, 60), "no checkpoint appeared");
+    saved = wait_for_file("i.st", 1000, 60);
     ck_assert_int_eq(stop(pid, SIGINT), 130);
+    ck_assert(saved);
     ck_assert_output("by SIGINT; continue with --resume i.st");
 }
 END_TEST
