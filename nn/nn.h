@@ -339,7 +339,7 @@ double tg_clip_grad_norm(const tg_params *ps, double max_norm);
 double tg_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, double lr_max,
                            double lr_min);
 
-/* ---- safetensors checkpoints (nn/safetensors.c) ------------------------------ */
+/* ---- safetensors checkpoints (nn/safetensors.c, nn/save_path.c) ------------ */
 /* The format: 8-byte little-endian header length N, N bytes of JSON mapping
  * each name to {"dtype": "F32"|"F64"|"I64"|"BOOL", "shape": [...],
  * "data_offsets": [begin, end]} (plus an optional "__metadata__" object of
@@ -347,22 +347,49 @@ double tg_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, double l
  * safetensors and back. */
 
 /* Writes the tensors of ps (any layout) to path atomically: a temporary file
- * in the same directory (path.tmp.<pid>.<n>), flushed and fsynced, then
- * renamed over path, so a crash leaves the old file or the new one, never a
- * mix. A writer killed mid-save may leave its temporary file behind; it is
- * safe to delete. Several threads may save at once, to any paths. metadata may be
- * NULL or a list of n_meta key/value pairs (keys[i], values[i]). */
+ * beside the target (target.tmp.<pid>.<n>), flushed and fsynced, then
+ * renamed over the target, so a crash leaves the old file or the new one,
+ * never a mix. metadata may be NULL or a list of n_meta key/value pairs
+ * (keys[i], values[i]). Several threads may save at once, to any paths.
+ *   The target: a symlink is followed (relative links from the link's own
+ * directory, chains too) and the file it names is replaced, the link left in
+ * place; a dangling link creates the file it names. A replaced file keeps its
+ * permission bits (and its owner, where the caller may give files away); a
+ * new file gets 0666 & ~umask.
+ *   Refused with TG_ERR_IO before anything is written, the message naming
+ * the function and the path (and the link's target): an empty path, a
+ * directory, an existing file that is not a regular file, an existing file
+ * with no write permission bits (whoever the caller is, root too), a link
+ * chain over 40 long (a loop). A failed write or rename is TG_ERR_IO too and
+ * leaves neither a temporary file nor a changed target.
+ *   A writer killed mid-save leaves its temporary file; the next save to the
+ * same target deletes those whose process no longer runs (names of exactly
+ * that pattern only; a live writer's file is never touched). */
 int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,
                         const char *const *keys, const char *const *values);
+/* Checks now that tg_safetensors_save(path, ...) could replace or create
+ * path: resolves it as save does (a symlink is followed to its target),
+ * refuses what save would refuse (an empty path, a directory, an existing
+ * file with no write permission bits, ...), and creates and removes a
+ * temporary file in the target's directory. 0, or -1 with the error save
+ * would give (TG_ERR_IO, the message naming this function and the path). A
+ * NULL path is TG_ERR_NULL. The answer holds for now only: the file system
+ * may change before the save. */
+int tg_safetensors_check_writable(const char *path);
 /* Reads every tensor of path into out (as new contiguous tensors, names as
  * in the file). Rejects, with a message naming the problem and the file:
  * a truncated file, a header length past the end, malformed JSON, an unknown
  * dtype, a shape that does not match its byte range, offsets out of range or
- * overlapping, duplicate names. On error out is left as it was. */
+ * overlapping, duplicate names. path must be a regular file: a directory,
+ * FIFO, device or socket is TG_ERR_IO ("is not a regular file (it is a
+ * FIFO)"), reported at once, without opening it, so a FIFO never blocks. A
+ * missing or unreadable file is TG_ERR_IO too. On error out is left as it
+ * was. */
 int tg_safetensors_load(const char *path, tg_params *out);
 /* Copies the file's tensors into the tensors of ps, matched by name: all or
  * nothing. A missing name, an unexpected name, or a shape or dtype mismatch
- * is an error and changes no parameter. */
+ * is an error and changes no parameter. The file is read and refused as by
+ * tg_safetensors_load. */
 int tg_safetensors_load_into(const char *path, const tg_params *ps);
 
 #ifdef __cplusplus

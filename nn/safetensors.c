@@ -2,7 +2,6 @@
  * back after validating the whole file first (header, dtypes, shapes, byte
  * ranges, names), so a bad file changes nothing. The format is in nn.h. */
 #include <errno.h>
-#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include "internal.h"
 #include "json.h"
 #include "nn.h"
+#include "save_path.h"
 
 /* The format is little-endian; a big-endian host swaps element bytes. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -51,7 +51,7 @@ static void swap_elements(void *p, int64_t n, size_t es)
         }
 }
 
-/* ---- saving ------------------------------------------------------------------- */
+/* ---- saving: arguments and bytes ------------------------------------------------ */
 
 static int save_fail(tg_error code, const char *path, const char *what, const char *name)
 {
@@ -155,20 +155,7 @@ static int write_tensor(FILE *fp, const tg_tensor *t)
     return rc;
 }
 
-/* Makes the rename itself durable; failures here cannot undo the save. */
-static void sync_parent_dir(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir)
-        return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
+/* ---- saving ------------------------------------------------------------------- */
 
 static int write_file(FILE *fp, const tg__jbuf *header, const tg_params *ps)
 {
@@ -183,29 +170,14 @@ static int write_file(FILE *fp, const tg__jbuf *header, const tg_params *ps)
     return fflush(fp) == 0 && fsync(fileno(fp)) == 0 ? 0 : -1;
 }
 
-int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,
-                        const char *const *keys, const char *const *values)
+/* Writes the checkpoint to a temporary file beside d's target and renames
+ * it over the target; on failure the temporary file is gone. */
+static int write_and_rename(const tg__save_dest *d, const tg__jbuf *header, const tg_params *ps)
 {
-    TG_CHECK_NULL_STATUS(path);
-    TG_CHECK_NULL_STATUS(ps);
-    if (check_save_args(path, ps, n_meta, keys, values) < 0)
-        return -1;
-    tg__jbuf header = {0};
-    build_header(&header, ps, n_meta, keys, values);
-    char *tmp = malloc(strlen(path) + 32);
-    if (header.failed || !tmp) {
-        tg__jbuf_free(&header);
-        free(tmp);
-        return save_fail(TG_ERR_NOMEM, path, "out of memory building the header", NULL);
-    }
-    /* pid and a per-process count: two threads saving the same path at once
-     * never share a temporary file, and O_EXCL refuses a stale one. */
-    static atomic_long saves;
-    sprintf(tmp, "%s.tmp.%ld.%ld", path, (long)getpid(), (long)atomic_fetch_add(&saves, 1));
-
+    char *tmp = NULL;
     const char *what = "cannot create temporary file";
     int err = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    int fd = tg__save_create_temp(d, &tmp);
     FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!fp) {
         err = errno;
@@ -214,11 +186,11 @@ int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,
     } else {
         what = "cannot write temporary file";
         errno = 0;
-        if (write_file(fp, &header, ps) < 0)
+        if (write_file(fp, header, ps) < 0)
             err = errno ? errno : EIO;
         if (fclose(fp) != 0 && !err)
             err = errno ? errno : EIO;
-        if (!err && rename(tmp, path) != 0) {
+        if (!err && rename(tmp, d->target) != 0) {
             what = "cannot rename temporary file over it";
             err = errno;
         }
@@ -226,13 +198,38 @@ int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,
     if (err) {
         if (fd >= 0)
             unlink(tmp);
-        tg__fail(TG_ERR_IO, "tg_safetensors_save: %s: %s %s: %s", path, what, tmp, strerror(err));
+        tg__save_fail(d, what, tmp, err);
     } else {
-        sync_parent_dir(path);
+        tg__save_sync_dir(d->target);
     }
     free(tmp);
-    tg__jbuf_free(&header);
     return err ? -1 : 0;
+}
+
+int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,
+                        const char *const *keys, const char *const *values)
+{
+    TG_CHECK_NULL_STATUS(path);
+    TG_CHECK_NULL_STATUS(ps);
+    if (check_save_args(path, ps, n_meta, keys, values) < 0)
+        return -1;
+    tg__save_dest d;
+    if (tg__save_prepare(&d, __func__, path) < 0) {
+        free(d.target);
+        return -1;
+    }
+    tg__jbuf header = {0};
+    build_header(&header, ps, n_meta, keys, values);
+    int rc = -1;
+    if (header.failed) {
+        save_fail(TG_ERR_NOMEM, path, "out of memory building the header", NULL);
+    } else {
+        tg__save_remove_stale(d.target);
+        rc = write_and_rename(&d, &header, ps);
+    }
+    free(d.target);
+    tg__jbuf_free(&header);
+    return rc;
 }
 
 /* ---- loading: read and validate ------------------------------------------------ */
@@ -270,45 +267,74 @@ static int bad(const st_file *f, const char *fmt, ...)
     return -1;
 }
 
-static int read_whole_file(st_file *f)
+static int read_fail(const st_file *f, const char *what, int err)
 {
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    const char *what = "cannot open";
-    if (fd >= 0) {
-        what = "cannot stat";
-        if (fstat(fd, &st) == 0) {
-            what = "not a regular file";
-            if (S_ISREG(st.st_mode)) {
-                f->size = (size_t)st.st_size;
-                f->bytes = malloc(f->size ? f->size : 1);
-                if (!f->bytes) {
-                    close(fd);
-                    tg__fail(TG_ERR_NOMEM, "%s: %s: out of memory reading %zu bytes", f->fn,
-                             f->path, f->size);
-                    return -1;
-                }
-                size_t got = 0;
-                ssize_t r = 1;
-                while (got < f->size && (r = read(fd, f->bytes + got, f->size - got)) != 0) {
-                    if (r < 0 && errno != EINTR)
-                        break;
-                    got += r > 0 ? (size_t)r : 0;
-                }
-                what = got == f->size ? NULL : r == 0 ? "file shrank while reading" : "cannot read";
-                if (r == 0 && got < f->size)
-                    errno = EIO;
-            } else
-                errno = EISDIR;
+    tg__fail(TG_ERR_IO, "%s: %s: %s: %s", f->fn, f->path, what, strerror(err));
+    return -1;
+}
+
+static const char *kind_of(mode_t m)
+{
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "of an unknown kind";
+}
+
+/* A read-only descriptor of f->path if it is a regular file. stat comes
+ * first, so a FIFO or a device is never opened (a FIFO would wait for a
+ * writer); O_NONBLOCK and fstat catch one swapped in between. */
+static int open_regular(const st_file *f, struct stat *st)
+{
+    int fd = -1;
+    if (stat(f->path, st) != 0)
+        return read_fail(f, "cannot open", errno);
+    if (S_ISREG(st->st_mode)) {
+        fd = open(f->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+            return read_fail(f, "cannot open", errno);
+        if (fstat(fd, st) != 0) {
+            int err = errno;
+            close(fd);
+            return read_fail(f, "cannot stat", err);
         }
     }
-    int err = errno;
-    if (fd >= 0)
-        close(fd);
-    if (what) {
-        tg__fail(TG_ERR_IO, "%s: %s: %s: %s", f->fn, f->path, what, strerror(err));
+    if (!S_ISREG(st->st_mode)) {
+        if (fd >= 0)
+            close(fd);
+        tg__fail(TG_ERR_IO, "%s: %s: is not a regular file (it is %s)", f->fn, f->path,
+                 kind_of(st->st_mode));
         return -1;
     }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0)
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+}
+
+static int read_whole_file(st_file *f)
+{
+    struct stat st;
+    int fd = open_regular(f, &st);
+    if (fd < 0)
+        return -1;
+    f->size = (size_t)st.st_size;
+    f->bytes = malloc(f->size ? f->size : 1);
+    if (!f->bytes) {
+        close(fd);
+        tg__fail(TG_ERR_NOMEM, "%s: %s: out of memory reading %zu bytes", f->fn, f->path,
+                 f->size);
+        return -1;
+    }
+    size_t got = 0;
+    ssize_t r = 1;
+    while (got < f->size && (r = read(fd, f->bytes + got, f->size - got)) != 0) {
+        if (r < 0 && errno != EINTR)
+            break;
+        got += r > 0 ? (size_t)r : 0;
+    }
+    int err = r < 0 ? errno : EIO;
+    close(fd);
+    if (got < f->size)
+        return read_fail(f, r == 0 ? "file shrank while reading" : "cannot read", err);
     return 0;
 }
 

@@ -1,8 +1,9 @@
-/* Checkpoint writes are atomic: a writer killed at any moment of
- * tg_safetensors_save leaves the previous file whole, bit for bit, and a
- * save that fails leaves no temporary file behind. */
+/* Checkpoint writes never lose or mangle the user's files: a writer killed
+ * at any moment leaves the previous file whole, a failed save leaves no
+ * temporary file, and symlinks, modes and odd paths are respected. */
 #include <dirent.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -35,11 +36,24 @@ static void remove_dir(void)
     for (struct dirent *e; d && (e = readdir(d));)
         if (e->d_name[0] != '.') {
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
+            if (unlink(path) != 0)
+                rmdir(path);
         }
     if (d)
         closedir(d);
     rmdir(dir);
+}
+
+/* Entries of dir other than . and .. */
+static int count_entries(void)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
 }
 
 /* Version v of the checkpoint: "big" [BIG] and "version" [] hold values
@@ -107,6 +121,31 @@ static int leftovers(const char *base, const char *other)
     return n;
 }
 
+/* A one-tensor list for the tests that are about paths, not contents. */
+static void small_list(tg_params *ps, float v)
+{
+    tg_tensor *t = tg_full(TG_FLOAT32, 1, SHAPE(3), v);
+    ck_assert_int_eq(tg_params_add(ps, NULL, "t", t), 0);
+    tg_release(t);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    ck_assert_ptr_nonnull(fp);
+    fputs(text, fp);
+    fclose(fp);
+}
+
+static bool file_is(const char *path, const char *text)
+{
+    size_t n;
+    uint8_t *b = file_bytes(path, &n);
+    bool same = n == strlen(text) && memcmp(b, text, n) == 0;
+    free(b);
+    return same;
+}
+
 START_TEST(killed_writer_leaves_previous_checkpoint_intact)
 {
     make_dir();
@@ -153,6 +192,9 @@ START_TEST(killed_writer_leaves_previous_checkpoint_intact)
     int left = leftovers("model.safetensors", "reference_a");
     printf("atomic_save: %d rounds, old file kept %d, new file complete %d, "
            "temporary files left by killed writers %d\n", rounds, kept_a, became_b, left);
+    /* The next save clears what the killed writers left. */
+    ck_assert_int_eq(tg_safetensors_save(path, &a, 0, NULL, NULL), 0);
+    ck_assert_int_eq(leftovers("model.safetensors", "reference_a"), 0);
     ck_assert_int_eq(kept_a + became_b, rounds);
     ck_assert_int_ge(kept_a, 1); /* some kill must have landed mid-save */
     free(ref_bytes);
@@ -162,31 +204,251 @@ START_TEST(killed_writer_leaves_previous_checkpoint_intact)
 }
 END_TEST
 
-/* A save that cannot finish (the target is a directory, so the rename
- * fails) reports TG_ERR_IO, removes its temporary file and leaves the
- * target alone. */
+/* A save that cannot finish (a file size limit makes the write fail)
+ * reports TG_ERR_IO, removes its temporary file and leaves the target
+ * alone. The limit is set in a child, which reports by its exit status. */
 START_TEST(failed_save_removes_its_temporary_file)
 {
     make_dir();
     char path[512];
     snprintf(path, sizeof path, "%s/target", dir);
-    ck_assert_int_eq(mkdir(path, 0700), 0);
-    tg_params ps = {0};
-    tg_tensor *t = tg_ones(TG_FLOAT32, 1, SHAPE(3));
-    tg_params_add(&ps, NULL, "t", t);
-    tg_release(t);
-    ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), -1);
-    ck_assert_error(TG_ERR_IO, "tg_safetensors_save", path, "rename");
-    ck_assert_int_eq(leftovers("target", "target"), 0);
-    struct stat st;
-    ck_assert(stat(path, &st) == 0 && S_ISDIR(st.st_mode));
-    rmdir(path);
+    write_text(path, "previous");
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit lim = {4096, 4096};
+        tg_params big = {0};
+        make_version(&big, 1);
+        int rc = setrlimit(RLIMIT_FSIZE, &lim) == 0 ? tg_safetensors_save(path, &big, 0, NULL, NULL)
+                                                   : 0;
+        bool io = tg_error_code() == TG_ERR_IO &&
+                  strstr(tg_error_message(), "cannot write temporary file");
+        tg_params_clear(&big);
+        _exit(rc == -1 && io ? 0 : 1);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the save did not fail with IO");
+    ck_assert_int_eq(count_entries(), 1);
+    ck_assert(file_is(path, "previous"));
 
     /* A missing directory: nothing is created anywhere. */
+    tg_params ps = {0};
+    small_list(&ps, 1);
     snprintf(path, sizeof path, "%s/missing/model.safetensors", dir);
     ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), -1);
     ck_assert_error(TG_ERR_IO, "tg_safetensors_save", "cannot create temporary file");
-    ck_assert_int_eq(leftovers("none", "none"), 0);
+    ck_assert_int_eq(count_entries(), 1);
+    tg_params_clear(&ps);
+    remove_dir();
+}
+END_TEST
+
+/* check_writable answers as save would, and leaves nothing behind. Paths
+ * that would fail even for root: under a regular file, a mode with no
+ * write bits (refused by mode, not by access(2)). */
+START_TEST(check_writable_agrees_with_save)
+{
+    make_dir();
+    char path[512], file[512], link[512];
+    snprintf(path, sizeof path, "%s/new.safetensors", dir);
+    snprintf(file, sizeof file, "%s/file", dir);
+    snprintf(link, sizeof link, "%s/link", dir);
+    ck_assert_int_eq(tg_safetensors_check_writable(path), 0);
+    ck_assert_int_eq(count_entries(), 0);
+    write_text(file, "keep");
+    ck_assert_int_eq(symlink("file", link), 0);
+    ck_assert_int_eq(tg_safetensors_check_writable(file), 0);
+    ck_assert_int_eq(tg_safetensors_check_writable(link), 0);
+    ck_assert_int_eq(count_entries(), 2);
+    ck_assert(file_is(file, "keep"));
+
+    snprintf(path, sizeof path, "%s/missing/m.safetensors", dir);
+    ck_assert_int_eq(tg_safetensors_check_writable(path), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", path, "No such file");
+    snprintf(path, sizeof path, "%s/file/m.safetensors", dir);
+    ck_assert_int_eq(tg_safetensors_check_writable(path), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", path, "Not a directory");
+    ck_assert_int_eq(tg_safetensors_check_writable(""), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", "path is empty");
+    ck_assert_int_eq(tg_safetensors_check_writable(dir), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", dir, "is a directory");
+    snprintf(path, sizeof path, "%s/missing/", dir);
+    ck_assert_int_eq(tg_safetensors_check_writable(path), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", path, "names a directory");
+    ck_assert_int_eq(tg_safetensors_check_writable(NULL), -1);
+    ck_assert_error(TG_ERR_NULL, "tg_safetensors_check_writable", "path");
+
+    /* Read-only: refused directly and through the link, as save refuses. */
+    ck_assert_int_eq(chmod(file, 0444), 0);
+    ck_assert_int_eq(tg_safetensors_check_writable(file), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", file, "is read-only");
+    ck_assert_int_eq(tg_safetensors_check_writable(link), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_check_writable: ", link, file, "is read-only");
+    tg_params ps = {0};
+    small_list(&ps, 1);
+    ck_assert_int_eq(tg_safetensors_save(link, &ps, 0, NULL, NULL), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_save: ", link, file, "is read-only");
+    ck_assert_int_eq(count_entries(), 2);
+    ck_assert(file_is(file, "keep"));
+    tg_params_clear(&ps);
+    remove_dir();
+}
+END_TEST
+
+/* A symlink stays a symlink: the file it names is replaced. Relative links
+ * resolve from the link's directory, chains are followed, a dangling link
+ * creates the file it names, and a loop is a clear error. */
+START_TEST(save_through_symlink_replaces_target_and_keeps_link)
+{
+    make_dir();
+    char real[512], sub[512], link[512], chain[512], dangle[512], loop[512], made[512];
+    snprintf(real, sizeof real, "%s/real.safetensors", dir);
+    snprintf(sub, sizeof sub, "%s/links", dir);
+    snprintf(link, sizeof link, "%s/links/link", dir);
+    snprintf(chain, sizeof chain, "%s/chain", dir);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    write_text(real, "old");
+    ck_assert_int_eq(symlink("../real.safetensors", link), 0); /* relative to links/ */
+    ck_assert_int_eq(symlink("links/link", chain), 0);
+    tg_params one = {0}, two = {0};
+    small_list(&one, 1);
+    small_list(&two, 2);
+    ck_assert_msg(tg_safetensors_save(link, &one, 0, NULL, NULL) == 0, "%s", tg_error_message());
+    assert_loads_as(real, &one);
+    ck_assert_msg(tg_safetensors_save(chain, &two, 0, NULL, NULL) == 0, "%s", tg_error_message());
+    assert_loads_as(real, &two);
+    char text[64];
+    ssize_t n = readlink(link, text, sizeof text - 1);
+    ck_assert_int_eq(n, 19);
+    text[n] = '\0';
+    ck_assert_str_eq(text, "../real.safetensors");
+    n = readlink(chain, text, sizeof text - 1);
+    ck_assert_int_eq(n, 10);
+    ck_assert_int_eq(count_entries(), 3); /* real, links/, chain: no temporaries */
+
+    snprintf(dangle, sizeof dangle, "%s/dangle", dir);
+    snprintf(made, sizeof made, "%s/made.safetensors", dir);
+    ck_assert_int_eq(symlink("made.safetensors", dangle), 0);
+    ck_assert_msg(tg_safetensors_save(dangle, &one, 0, NULL, NULL) == 0, "%s", tg_error_message());
+    assert_loads_as(made, &one);
+    struct stat st;
+    ck_assert(lstat(dangle, &st) == 0 && S_ISLNK(st.st_mode));
+
+    snprintf(loop, sizeof loop, "%s/loop", dir);
+    ck_assert_int_eq(symlink("loop", loop), 0);
+    ck_assert_int_eq(tg_safetensors_save(loop, &one, 0, NULL, NULL), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_save: ", loop, "too many levels of symbolic links");
+    ck_assert_int_eq(count_entries(), 6);
+    tg_params_clear(&one);
+    tg_params_clear(&two);
+    remove_dir();
+}
+END_TEST
+
+static mode_t mode_of(const char *path)
+{
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    return st.st_mode & 07777;
+}
+
+/* A file with no write bits is refused and left as it was; a replaced file
+ * keeps its mode, even one the umask would narrow; a new file gets
+ * 0666 & ~umask. */
+START_TEST(save_keeps_permissions_and_refuses_read_only_files)
+{
+    make_dir();
+    char path[512];
+    tg_params ps = {0};
+    small_list(&ps, 1);
+    snprintf(path, sizeof path, "%s/ro.safetensors", dir);
+    write_text(path, "read-only");
+    ck_assert_int_eq(chmod(path, 0444), 0);
+    ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_save: ", path, "is read-only; not replacing it");
+    ck_assert(file_is(path, "read-only"));
+    ck_assert_uint_eq(mode_of(path), 0444);
+    ck_assert_int_eq(count_entries(), 1);
+
+    mode_t old_mask = umask(077);
+    const mode_t modes[] = {0600, 0640, 0664, 0200};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        snprintf(path, sizeof path, "%s/m%zu.safetensors", dir, i);
+        write_text(path, "old");
+        ck_assert_int_eq(chmod(path, modes[i]), 0);
+        ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), 0);
+        ck_assert_msg(mode_of(path) == modes[i], "mode %o became %o", (unsigned)modes[i],
+                      (unsigned)mode_of(path));
+    }
+    umask(022);
+    snprintf(path, sizeof path, "%s/new.safetensors", dir);
+    ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), 0);
+    ck_assert_uint_eq(mode_of(path), 0644);
+    umask(old_mask);
+    tg_params_clear(&ps);
+    remove_dir();
+}
+END_TEST
+
+/* An empty path names no file: refused, and nothing appears in the working
+ * directory (it used to gain a ".tmp.<pid>.<n>" file). */
+START_TEST(save_to_empty_path_is_refused_and_creates_nothing)
+{
+    make_dir();
+    char cwd[1024];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    ck_assert_int_eq(chdir(dir), 0);
+    tg_params ps = {0};
+    small_list(&ps, 1);
+    ck_assert_int_eq(tg_safetensors_save("", &ps, 0, NULL, NULL), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_save: ", "the path is empty");
+    ck_assert_int_eq(count_entries(), 0);
+    ck_assert_int_eq(chdir(cwd), 0);
+    tg_params_clear(&ps);
+    remove_dir();
+}
+END_TEST
+
+/* A pid that no longer runs: a child's, after it was reaped. */
+static long dead_pid(void)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(0);
+    ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+    return (long)pid;
+}
+
+/* A save removes the temporaries that dead writers left for its target, and
+ * nothing else: not a live writer's (this process or another), not another
+ * target's, not names that only look alike. */
+START_TEST(save_removes_temporaries_of_dead_writers_only)
+{
+    make_dir();
+    long dead = dead_pid(), self = (long)getpid(), parent = (long)getppid();
+    const char *base = "m.safetensors";
+    char stale[600], name[600], path[512];
+    snprintf(stale, sizeof stale, "%s/%s.tmp.%ld.0", dir, base, dead);
+    write_text(stale, "stale");
+    const char *kept_fmt[] = {"%s.tmp.%ld.3", "%s.tmp.%ld.4", "%s.tmp.%ld.0.bak", "%s.tmp.%ld",
+                              "%s.tmp.+%ld.0", "%s.tmp.%ld.x", "x%s.tmp.%ld.0", "%s.tmp.%ld.0 ",
+                              "%s.tmp.0%ld.0", "%s.tmp.%ld."};
+    const long kept_pid[] = {self, parent, dead, dead, dead, dead, dead, dead, dead, dead};
+    int n_kept = (int)(sizeof kept_pid / sizeof kept_pid[0]);
+    for (int i = 0; i < n_kept; i++) {
+        int len = snprintf(name, sizeof name, "%s/", dir);
+        snprintf(name + len, sizeof name - (size_t)len, kept_fmt[i], base, kept_pid[i]);
+        write_text(name, "keep");
+    }
+    tg_params ps = {0};
+    small_list(&ps, 1);
+    snprintf(path, sizeof path, "%s/%s", dir, base);
+    ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), 0);
+    ck_assert_int_eq(access(stale, F_OK), -1);
+    ck_assert_int_eq(count_entries(), n_kept + 1);
     tg_params_clear(&ps);
     remove_dir();
 }
@@ -199,6 +461,11 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, killed_writer_leaves_previous_checkpoint_intact);
     tcase_add_test(tc, failed_save_removes_its_temporary_file);
+    tcase_add_test(tc, check_writable_agrees_with_save);
+    tcase_add_test(tc, save_through_symlink_replaces_target_and_keeps_link);
+    tcase_add_test(tc, save_keeps_permissions_and_refuses_read_only_files);
+    tcase_add_test(tc, save_to_empty_path_is_refused_and_creates_nothing);
+    tcase_add_test(tc, save_removes_temporaries_of_dead_writers_only);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

@@ -543,6 +543,20 @@ static bool load_directory(void)
     tg_params out = {0};
     FAILS_STATUS(tg_safetensors_load("/tmp", &out));
 }
+static bool load_device(void)
+{
+    tg_params out = {0};
+    FAILS_STATUS(tg_safetensors_load("/dev/null", &out));
+}
+static bool save_empty_path(void)
+{
+    tg_params ps = {0};
+    tg_params_add(&ps, NULL, "w", f32(1, SHAPE(3)));
+    int rc = tg_safetensors_save("", &ps, 0, NULL, NULL);
+    tg_params_clear(&ps);
+    FAILS_STATUS(rc);
+}
+static bool check_writable_directory(void) { FAILS_STATUS(tg_safetensors_check_writable("/tmp")); }
 static bool load_empty_file(void)
 {
     char path[] = "/tmp/tg_bad_input_XXXXXX";
@@ -710,8 +724,11 @@ static const bad_input catalogue[] = {
     E(params_duplicate_name, TG_ERR_VALUE, "tg_params_add", "fc.weight"),
     E(load_missing_file, TG_ERR_IO, "tg_safetensors_load", "/nonexistent/dir/model.safetensors"),
     E(load_null_path, TG_ERR_NULL, "tg_safetensors_load", "path"),
-    E(load_directory, TG_ERR_IO, "tg_safetensors_load", "/tmp"),
+    E(load_directory, TG_ERR_IO, "tg_safetensors_load", "/tmp", "is not a regular file"),
     E(load_empty_file, TG_ERR_VALUE, "tg_safetensors_load", "/tmp/tg_bad_input_"),
+    E(load_device, TG_ERR_IO, "tg_safetensors_load", "/dev/null", "not a regular file"),
+    E(save_empty_path, TG_ERR_IO, "tg_safetensors_save", "path is empty"),
+    E(check_writable_directory, TG_ERR_IO, "tg_safetensors_check_writable", "/tmp", "directory"),
     E(save_into_missing_dir, TG_ERR_IO, "tg_safetensors_save", "/nonexistent/dir"),
     E(load_into_missing_name, TG_ERR_VALUE, "tg_safetensors_load_into", "'bias'"),
 };

@@ -406,6 +406,36 @@ START_TEST(bool_bytes_other_than_one_load_as_true)
 }
 END_TEST
 
+/* Only regular files load. A device, a directory or a FIFO is named for
+ * what it is, at once: a FIFO is never opened, so no writer is awaited (a
+ * hang would trip the test's timeout). A file too short for the header
+ * length keeps its own message. */
+START_TEST(non_regular_files_are_refused_without_blocking)
+{
+    char dir[DIR_CAP], path[PATH_CAP];
+    make_dir(dir);
+    tg_params out = {0};
+    ck_assert_int_eq(tg_safetensors_load("/dev/zero", &out), -1);
+    ck_assert_error(TG_ERR_IO,
+                    "tg_safetensors_load: /dev/zero: is not a regular file (it is a character device)");
+    ck_assert_int_eq(tg_safetensors_load(dir, &out), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_load: ", dir,
+                    ": is not a regular file (it is a directory)");
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    ck_assert_int_eq(tg_safetensors_load(path, &out), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_load: ", path, "is not a regular file (it is a FIFO)");
+    ck_assert_int_eq(tg_safetensors_load_into(path, &out), -1);
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_load_into: ", path, "(it is a FIFO)");
+    snprintf(path, sizeof path, "%s/short", dir);
+    write_bytes(path, "abc", 3);
+    ck_assert_int_eq(tg_safetensors_load(path, &out), -1);
+    ck_assert_error(TG_ERR_VALUE, "tg_safetensors_load: ", path, "file is 3 bytes, too short");
+    ck_assert_int_eq(out.count, 0);
+    remove_dir(dir);
+}
+END_TEST
+
 START_TEST(null_and_bad_arguments_are_rejected)
 {
     char dir[DIR_CAP], path[PATH_CAP];
@@ -549,12 +579,11 @@ START_TEST(save_to_unwritable_place_fails_with_io_and_leaves_no_temp_file)
     ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), -1);
     ck_assert_error(TG_ERR_IO, "tg_safetensors_save: ", path, "No such file or directory");
 
-    /* The target is a directory: the temporary file is written, the rename
-     * fails, and the temporary file must be gone afterwards. */
+    /* The target is a directory: refused before any temporary file exists. */
     snprintf(path, sizeof path, "%s/target", dir);
     ck_assert_int_eq(mkdir(path, 0755), 0);
     ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), -1);
-    ck_assert_error(TG_ERR_IO, "tg_safetensors_save: ", path, "cannot rename");
+    ck_assert_error(TG_ERR_IO, "tg_safetensors_save: ", path, "is a directory; not replacing it");
     ck_assert_int_eq(count_entries(dir), 1);
     rmdir(path);
 
@@ -618,6 +647,7 @@ int main(void)
     TCase *bad = tcase_checked("bad input");
     tcase_add_test(bad, bad_files_are_rejected_and_leave_out_unchanged);
     tcase_add_test(bad, bool_bytes_other_than_one_load_as_true);
+    tcase_add_test(bad, non_regular_files_are_refused_without_blocking);
     tcase_add_test(bad, null_and_bad_arguments_are_rejected);
     suite_add_tcase(s, bad);
     TCase *into = tcase_checked("load_into");
