@@ -664,10 +664,10 @@ static int check_outputs(const options *o)
     return 0;
 }
 
-/* Finds out now, not after training, whether path can be written: a
- * directory or an unwritable file is refused, and a temporary file is
- * created and removed beside the file path resolves to. 0, or 1 after
- * saying why not. */
+/* Finds out now, not after training, whether the picture can be written
+ * (fopen, not a checkpoint save): a directory or an unwritable file is
+ * refused, and a temporary file is created and removed beside the file path
+ * resolves to. 0, or 1 after saying why not. */
 static int probe_writable(const char *option, const char *path)
 {
     char target[PATH_MAX], probe[PATH_MAX + 32];
@@ -877,8 +877,11 @@ static int cmd_train(int argc, char **argv)
         o.batch = 32;
     if (o.data && !o.set_steps)
         o.steps = 2000;
-    if ((rc = check_outputs(&o)) || (rc = probe_writable("--out", o.out)) ||
-        (rc = probe_writable("--svg", o.svg)))
+    if ((rc = check_outputs(&o)))
+        return rc;
+    if (tg_safetensors_check_writable(o.out) < 0)
+        return fprintf(stderr, "gpt: cannot write --out %s: %s\n", o.out, tg_error_message()), 1;
+    if ((rc = probe_writable("--svg", o.svg)))
         return rc;
     dataset d = {0};
     trainer tr = {0};
