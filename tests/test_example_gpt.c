@@ -454,8 +454,8 @@ START_TEST(periodic_checkpoint_of_a_killed_run_resumes_bit_for_bit)
     bool saved = wait_for_file("p.st", 1000, 60);
     ck_assert_int_eq(stop(pid, SIGKILL), 128 + SIGKILL);
     ck_assert_msg(saved, "no checkpoint appeared:\n%s", output);
-    ck_assert_output("saved p.st at step 3");
-    int64_t done = steps_done("p.st");
+    int64_t done = steps_done("p.st"); /* a periodic save: the kill left no other */
+    ck_assert_int_ge(done, 3);
     ck_assert_int_eq(done % 3, 0);
     assert_resumes_bit_for_bit("p.st", done + 2, run_args);
 }
@@ -471,6 +471,7 @@ START_TEST(sigterm_saves_a_resumable_checkpoint_and_exits_143)
     ck_assert_int_eq(stop(pid, SIGTERM), 143);
     ck_assert_msg(saved, "no checkpoint appeared:\n%s", output);
     ck_assert_output("by SIGTERM; continue with --resume p.st");
+    ck_assert_output("saved p.st at step 4\n");
     const char *at = strstr(output, "stopped at step ");
     ck_assert_ptr_nonnull(at);
     long long stopped = atoll(at + strlen("stopped at step "));
