@@ -2,8 +2,6 @@
  * data file, to add three-digit numbers; `gpt train --data FILE` learns any
  * text; `gpt sample` writes from a checkpoint. Run: build/examples/gpt help */
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -600,52 +598,8 @@ static int resume(const char *path, const tg_params *ck, trainer *tr, const opti
 
 /* ---- where the outputs go ------------------------------------------------------ */
 /* An output must not be an input, nor the other output: --out over --data
- * would destroy the text, --svg over --out the checkpoint. Files are the
- * same if they are one inode (symlinks followed); a file not yet made is
- * known by its resolved path. */
-
-/* The path path names with symlinks followed: realpath for a file that
- * exists; else its directory's real path and its name (a dangling symlink
- * is followed to the file it would create, as a save does). false if even
- * the directory does not resolve. */
-static bool resolve(const char *path, char out[PATH_MAX])
-{
-    char cur[PATH_MAX], link[PATH_MAX];
-    snprintf(cur, sizeof cur, "%s", path);
-    for (int hops = 0; hops < 40 && !realpath(cur, out); hops++) {
-        ssize_t n = readlink(cur, link, sizeof link - 1);
-        if (n < 0) { /* no such file yet: resolve its directory */
-            char *slash = strrchr(cur, '/');
-            const char *name = slash ? slash + 1 : cur;
-            if (slash == cur)
-                snprintf(link, sizeof link, "/");
-            else
-                snprintf(link, sizeof link, "%.*s", slash ? (int)(slash - cur) : 1,
-                         slash ? cur : ".");
-            if (!*name || !realpath(link, out) || strlen(out) + strlen(name) + 2 > PATH_MAX)
-                return false;
-            strcat(strcmp(out, "/") ? strcat(out, "/") : out, name);
-            return true;
-        }
-        link[n] = '\0';
-        char *slash = strrchr(cur, '/');
-        if (link[0] != '/' && slash) /* relative to the link's directory */
-            snprintf(slash + 1, sizeof cur - (size_t)(slash + 1 - cur), "%s", link);
-        else
-            snprintf(cur, sizeof cur, "%s", link);
-    }
-    return true;
-}
-
-static bool same_file(const char *a, const char *b)
-{
-    struct stat sa, sb;
-    bool ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
-    if (ea || eb)
-        return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    char ra[PATH_MAX], rb[PATH_MAX];
-    return resolve(a, ra) && resolve(b, rb) && !strcmp(ra, rb);
-}
+ * would destroy the text, --svg over --out the checkpoint (gpt_same_file
+ * compares inodes, or resolved paths for files not made yet). */
 
 /* 0, or the usage error for an output that is an input or the other output. */
 static int check_outputs(const options *o)
@@ -657,39 +611,11 @@ static int check_outputs(const options *o)
         {"--svg", o->svg, "--data", o->data},   {"--svg", o->svg, "--resume", o->resume},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
-        if (pairs[i].in && same_file(pairs[i].out, pairs[i].in))
+        if (pairs[i].in && gpt_same_file(pairs[i].out, pairs[i].in))
             return usage_error("%s %s is the same file as %s %s; writing it would destroy %s",
                                pairs[i].out_name, pairs[i].out, pairs[i].in_name, pairs[i].in,
                                pairs[i].in_name[2] == 's' ? "the other output" : "the input");
     return 0;
-}
-
-/* Finds out now, not after training, whether the picture can be written
- * (fopen, not a checkpoint save): a directory or an unwritable file is
- * refused, and a temporary file is created and removed beside the file path
- * resolves to. 0, or 1 after saying why not. */
-static int probe_writable(const char *option, const char *path)
-{
-    char target[PATH_MAX], probe[PATH_MAX + 32];
-    struct stat st;
-    const char *problem = NULL;
-    if (!*path || !resolve(path, target))
-        problem = "its directory does not exist";
-    else if (stat(target, &st) == 0 && S_ISDIR(st.st_mode))
-        problem = "it is a directory";
-    else if (access(target, F_OK) == 0 && access(target, W_OK) != 0)
-        problem = strerror(errno);
-    else {
-        snprintf(probe, sizeof probe, "%s.probe.%ld", target, (long)getpid());
-        int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
-        if (fd < 0)
-            problem = strerror(errno);
-        else
-            close(fd), unlink(probe);
-    }
-    if (problem)
-        fprintf(stderr, "gpt: cannot write %s %s: %s\n", option, path, problem);
-    return problem ? 1 : 0;
 }
 
 /* ---- gpt train ---------------------------------------------------------------------- */
@@ -881,7 +807,7 @@ static int cmd_train(int argc, char **argv)
         return rc;
     if (tg_safetensors_check_writable(o.out) < 0)
         return fprintf(stderr, "gpt: cannot write --out %s: %s\n", o.out, tg_error_message()), 1;
-    if ((rc = probe_writable("--svg", o.svg)))
+    if ((rc = gpt_probe_writable("--svg", o.svg)))
         return rc;
     dataset d = {0};
     trainer tr = {0};

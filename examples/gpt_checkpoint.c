@@ -3,7 +3,12 @@
  * config and every parameter's shape are checked before a model is built. */
 #include "gpt_checkpoint.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,4 +266,77 @@ int gpt_checkpoint_save(const char *path, const gpt_run *run)
     if (rc)
         fprintf(stderr, "gpt: cannot save %s: %s\n", path, tg_error_message());
     return rc ? 1 : 0;
+}
+
+/* ---- the files a run writes ---- */
+
+/* The path path names with symlinks followed: realpath for a file that
+ * exists; else its directory's real path and its name (a dangling symlink
+ * is followed to the file it would create, as a save does). false if even
+ * the directory does not resolve. */
+static bool resolve(const char *path, char out[PATH_MAX])
+{
+    char cur[PATH_MAX], link[PATH_MAX];
+    snprintf(cur, sizeof cur, "%s", path);
+    for (int hops = 0; hops < 40 && !realpath(cur, out); hops++) {
+        ssize_t n = readlink(cur, link, sizeof link - 1);
+        if (n < 0) { /* no such file yet: resolve its directory */
+            char *slash = strrchr(cur, '/');
+            const char *name = slash ? slash + 1 : cur;
+            if (slash == cur)
+                snprintf(link, sizeof link, "/");
+            else
+                snprintf(link, sizeof link, "%.*s", slash ? (int)(slash - cur) : 1,
+                         slash ? cur : ".");
+            if (!*name || !realpath(link, out) || strlen(out) + strlen(name) + 2 > PATH_MAX)
+                return false;
+            strcat(strcmp(out, "/") ? strcat(out, "/") : out, name);
+            return true;
+        }
+        link[n] = '\0';
+        char *slash = strrchr(cur, '/');
+        if (link[0] != '/' && slash) /* relative to the link's directory */
+            snprintf(slash + 1, sizeof cur - (size_t)(slash + 1 - cur), "%s", link);
+        else
+            snprintf(cur, sizeof cur, "%s", link);
+    }
+    return true;
+}
+
+bool gpt_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    bool ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+    if (ea || eb)
+        return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char ra[PATH_MAX], rb[PATH_MAX];
+    return resolve(a, ra) && resolve(b, rb) && !strcmp(ra, rb);
+}
+
+/* Finds out now, not after training, whether the picture can be written
+ * (fopen, not a checkpoint save): a directory or an unwritable file is
+ * refused, and a temporary file is created and removed beside the file path
+ * resolves to. 0, or 1 after saying why not. */
+int gpt_probe_writable(const char *option, const char *path)
+{
+    char target[PATH_MAX], probe[PATH_MAX + 32];
+    struct stat st;
+    const char *problem = NULL;
+    if (!*path || !resolve(path, target))
+        problem = "its directory does not exist";
+    else if (stat(target, &st) == 0 && S_ISDIR(st.st_mode))
+        problem = "it is a directory";
+    else if (access(target, F_OK) == 0 && access(target, W_OK) != 0)
+        problem = strerror(errno);
+    else {
+        snprintf(probe, sizeof probe, "%s.probe.%ld", target, (long)getpid());
+        int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        if (fd < 0)
+            problem = strerror(errno);
+        else
+            close(fd), unlink(probe);
+    }
+    if (problem)
+        fprintf(stderr, "gpt: cannot write %s %s: %s\n", option, path, problem);
+    return problem ? 1 : 0;
 }

@@ -68,4 +68,15 @@ int gpt_checkpoint_load_settings(const char *path, const tg_params *ck, gpt_sett
 int gpt_checkpoint_load_history(const char *path, const tg_params *ck, int64_t done, double *loss,
                                 double *val);
 
+/* a and b name the same file: one inode (symlinks followed) if either
+ * exists, else the same resolved path (a dangling symlink followed to the
+ * file a save would create). */
+bool gpt_same_file(const char *a, const char *b);
+
+/* Finds out now, not at the end of a run, whether a plain fopen of path for
+ * writing (the loss curve) will work: refuses a directory and an unwritable
+ * file, and creates and removes a temporary file beside the file path
+ * resolves to. 0, or 1 after printing "cannot write <option> <path>: why". */
+int gpt_probe_writable(const char *option, const char *path);
+
 #endif
