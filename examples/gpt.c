@@ -8,21 +8,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "gpt_checkpoint.h"
 #include "tensorgrad.h"
 
 enum { EXIT_USAGE = 2 };
 
+/* --data files larger than this are refused: the text is held in memory as
+ * one byte per character, and a CPU run of these models reads far less. */
+#define MAX_DATA_BYTES ((int64_t)1 << 30)
+
 static const char usage_text[] =
     "usage: gpt train [--data FILE] [--config task|tiny|small|medium] [--steps N]\n"
     "                 [--batch N] [--lr X] [--seed N] [--eval-every N] [--out FILE]\n"
-    "                 [--svg FILE] [--resume FILE] [--stop-at STEP]\n"
+    "                 [--svg FILE] [--resume FILE] [--stop-at STEP] [--save-every N]\n"
     "       gpt sample --ckpt FILE [--prompt TEXT] [--tokens N] [--temperature T]\n"
     "                  [--top-k K] [--seed N] [--greedy]\n"
+    "       gpt [train|sample] --help\n"
     "Without --data, train learns 3-digit addition (a task it makes up itself) and\n"
-    "reports exact-match accuracy on problems it never trained on.\n";
+    "reports exact-match accuracy on problems it never trained on. --data takes a\n"
+    "text file of at most 1 GiB with no NUL bytes.\n"
+    "--out (default gpt.safetensors) is written every --save-every steps (default\n"
+    "500: a save costs about one step, and a run killed or preempted loses at most\n"
+    "500 steps; 0 saves only at the end) and at the end. Ctrl-C or SIGTERM stops\n"
+    "after the current step, saves, and exits with 130 or 143; --resume FILE\n"
+    "continues bit for bit. --out and --svg must not be --data, --resume (--svg)\n"
+    "or each other. Exit codes: 0 done, 1 failed, 2 bad command line.\n";
 
 /* ---- model shapes ------------------------------------------------------------ */
 
@@ -45,7 +59,7 @@ static const shape shapes[] = {
 
 typedef struct {
     const char *data, *config, *out, *svg, *resume, *ckpt, *prompt;
-    int64_t steps, batch, seed, eval_every, stop_at, tokens, top_k;
+    int64_t steps, batch, seed, eval_every, stop_at, save_every, tokens, top_k;
     double lr, temperature;
     bool greedy, set_steps, set_batch, set_lr;
 } options;
@@ -62,45 +76,69 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
     return EXIT_USAGE;
 }
 
-/* Whole-string integer in [lo, hi]. */
-static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
+/* s for a message: control characters and bytes past ASCII are written as
+ * escapes (\n, \t, \x01), so that no input can break a line or drive a
+ * terminal. Returns buf (cap >= 8; a long s is cut short). */
+static const char *escaped(const char *s, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (; *s && n + 5 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\n' || c == '\t' || c == '\r' || c == '\\')
+            n += (size_t)snprintf(buf + n, cap - n, "\\%c", c == '\n' ? 'n' : c == '\t' ? 't'
+                                                         : c == '\r' ? 'r' : '\\');
+        else if (c < 0x20 || c >= 0x7f)
+            n += (size_t)snprintf(buf + n, cap - n, "\\x%02x", c);
+        else
+            buf[n++] = (char)c;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* The numeric options' ranges; the four that a checkpoint also records are
+ * shared with gpt_checkpoint.c, which checks the checkpoint's values. */
+static const gpt_range seed_range = {"--seed", 0, 9.2e18, true};
+static const gpt_range stop_at_range = {"--stop-at", 1, 10000000, true};
+static const gpt_range save_every_range = {"--save-every", 0, 10000000, true};
+static const gpt_range tokens_range = {"--tokens", 0, 1000000, true};
+static const gpt_range top_k_range = {"--top-k", 0, 1000000, true};
+static const gpt_range temperature_range = {"--temperature", 1e-6, 1e6, false};
+
+/* The whole of s as a number in r; integers are read as integers, so that
+ * a seed keeps all its digits. */
+static bool parse_number(const char *s, const gpt_range *r, double *real, int64_t *integer)
 {
     char *end;
     errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
+    double v = r->integer ? (double)(*integer = strtoll(s, &end, 10)) : strtod(s, &end);
+    if (errno || end == s || *end || !gpt_in_range(r, v))
         return false;
-    *out = v;
+    if (!r->integer)
+        *real = v;
     return true;
 }
 
-static bool parse_double(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi))
-        return false;
-    *out = v;
-    return true;
-}
-
-/* Reads "--name value" pairs (and the flag --greedy). train and sample share
- * one table; options of the other command are refused. 0, or an exit code. */
+/* Reads "--name value" pairs (and the flags --greedy, --help). train and
+ * sample share one table; options of the other command are refused. 0, an
+ * exit code, or -1 when --help printed the usage (exit 0). */
 static int parse_options(int argc, char **argv, bool train, options *o)
 {
     static const char *const train_only[] = {"--data", "--config", "--steps", "--batch",
                                              "--lr", "--eval-every", "--out", "--svg",
-                                             "--resume", "--stop-at", NULL};
+                                             "--resume", "--stop-at", "--save-every", NULL};
     static const char *const sample_only[] = {"--ckpt", "--prompt", "--tokens",
                                               "--temperature", "--top-k", "--greedy", NULL};
     for (int i = 2; i < argc; i++) {
         const char *name = argv[i];
+        if (!strcmp(name, "--help") || !strcmp(name, "-h"))
+            return fputs(usage_text, stdout), -1;
         bool known = !strcmp(name, "--seed");
         for (const char *const *p = train ? train_only : sample_only; *p; p++)
             known |= !strcmp(name, *p);
+        char e[96];
         if (!known)
-            return usage_error("unknown option '%s' for %s", name, argv[1]);
+            return usage_error("unknown option '%s' for %s", escaped(name, e, sizeof e), argv[1]);
         if (!strcmp(name, "--greedy")) {
             o->greedy = true;
             continue;
@@ -108,7 +146,9 @@ static int parse_options(int argc, char **argv, bool train, options *o)
         if (i + 1 >= argc)
             return usage_error("%s needs a value", name);
         const char *v = argv[++i];
-        bool ok = true;
+        const gpt_range *r = NULL;
+        int64_t *iv = NULL;
+        double *dv = NULL;
         if (!strcmp(name, "--data")) o->data = v;
         else if (!strcmp(name, "--config")) o->config = v;
         else if (!strcmp(name, "--out")) o->out = v;
@@ -116,17 +156,23 @@ static int parse_options(int argc, char **argv, bool train, options *o)
         else if (!strcmp(name, "--resume")) o->resume = v;
         else if (!strcmp(name, "--ckpt")) o->ckpt = v;
         else if (!strcmp(name, "--prompt")) o->prompt = v;
-        else if (!strcmp(name, "--steps")) ok = o->set_steps = parse_int(v, 1, 10000000, &o->steps);
-        else if (!strcmp(name, "--batch")) ok = o->set_batch = parse_int(v, 1, 4096, &o->batch);
-        else if (!strcmp(name, "--lr")) ok = o->set_lr = parse_double(v, 0, 10, &o->lr);
-        else if (!strcmp(name, "--seed")) ok = parse_int(v, 0, INT64_MAX, &o->seed);
-        else if (!strcmp(name, "--eval-every")) ok = parse_int(v, 1, 10000000, &o->eval_every);
-        else if (!strcmp(name, "--stop-at")) ok = parse_int(v, 1, 10000000, &o->stop_at);
-        else if (!strcmp(name, "--tokens")) ok = parse_int(v, 0, 1000000, &o->tokens);
-        else if (!strcmp(name, "--top-k")) ok = parse_int(v, 0, 1000000, &o->top_k);
-        else if (!strcmp(name, "--temperature")) ok = parse_double(v, 1e-6, 1e6, &o->temperature);
-        if (!ok)
-            return usage_error("%s: '%s' is not a number in the allowed range", name, v);
+        else if (!strcmp(name, "--steps")) r = &gpt_steps_range, iv = &o->steps, o->set_steps = true;
+        else if (!strcmp(name, "--batch")) r = &gpt_batch_range, iv = &o->batch, o->set_batch = true;
+        else if (!strcmp(name, "--lr")) r = &gpt_lr_range, dv = &o->lr, o->set_lr = true;
+        else if (!strcmp(name, "--seed")) r = &seed_range, iv = &o->seed;
+        else if (!strcmp(name, "--eval-every")) r = &gpt_eval_every_range, iv = &o->eval_every;
+        else if (!strcmp(name, "--stop-at")) r = &stop_at_range, iv = &o->stop_at;
+        else if (!strcmp(name, "--save-every")) r = &save_every_range, iv = &o->save_every;
+        else if (!strcmp(name, "--tokens")) r = &tokens_range, iv = &o->tokens;
+        else if (!strcmp(name, "--top-k")) r = &top_k_range, iv = &o->top_k;
+        else if (!strcmp(name, "--temperature")) r = &temperature_range, dv = &o->temperature;
+        int64_t parsed = 0;
+        if (r && !parse_number(v, r, dv, &parsed)) {
+            gpt_range_error(r, "", escaped(v, e, sizeof e));
+            return fputs(usage_text, stderr), EXIT_USAGE;
+        }
+        if (iv)
+            *iv = parsed;
     }
     return 0;
 }
@@ -137,8 +183,7 @@ static int parse_options(int argc, char **argv, bool train, options *o)
  * of -1 is not scored. Tokens are bytes mapped to 0..vocab-1. */
 typedef struct {
     bool task;                  /* addition, or text */
-    int vocab_size;
-    unsigned char chars[256];   /* token id -> byte */
+    gpt_vocab vocab;            /* token id -> byte */
     int ids[256];               /* byte -> token id, or -1 */
     unsigned char *text;        /* the file's tokens, train split then validation */
     int64_t n_train, n_val;
@@ -146,10 +191,10 @@ typedef struct {
 
 static void set_vocab(dataset *d, const unsigned char *chars, int n)
 {
-    d->vocab_size = n;
+    d->vocab.size = n;
     memset(d->ids, -1, sizeof d->ids);
     for (int i = 0; i < n; i++) {
-        d->chars[i] = chars[i];
+        d->vocab.chars[i] = chars[i];
         d->ids[chars[i]] = i;
     }
 }
@@ -200,27 +245,43 @@ static void text_row(const dataset *d, tg_rng *rng, int64_t T, int64_t *x, int64
     }
 }
 
-static void *read_file(const char *path, int64_t *size)
+/* Reads a --data file: its bytes, or NULL with *problem saying why. Stops
+ * at the first chunk holding a NUL byte (binary data, or /dev/zero) and past
+ * MAX_DATA_BYTES; a regular file's size is checked before anything is read. */
+static unsigned char *read_text(const char *path, int64_t *size, const char **problem)
 {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) < 0) {
+        *problem = strerror(errno);
+        return f ? fclose(f), NULL : NULL;
+    }
+    *problem = S_ISDIR(st.st_mode) ? "it is a directory"
+               : S_ISREG(st.st_mode) && st.st_size > MAX_DATA_BYTES ? "it is larger than 1 GiB"
+               : NULL;
     unsigned char *buf = NULL;
     int64_t n = 0, cap = 0;
-    size_t got;
-    do {
-        if (n == cap) {
-            unsigned char *bigger = realloc(buf, (size_t)(cap = cap ? 2 * cap : 65536));
-            if (!bigger)
+    size_t got = 1;
+    while (!*problem && got > 0) {
+        if (n == cap) { /* room for one byte past the limit, to see that it is past */
+            cap = cap == 0 ? 65536 : 2 * cap < MAX_DATA_BYTES + 1 ? 2 * cap : MAX_DATA_BYTES + 1;
+            unsigned char *bigger = realloc(buf, (size_t)cap);
+            if (!bigger) {
+                *problem = "it does not fit in memory";
                 break;
+            }
             buf = bigger;
         }
         got = fread(buf + n, 1, (size_t)(cap - n), f);
-        n += (int64_t)got;
-    } while (got > 0);
-    bool failed = ferror(f) || (n < cap && got > 0);
+        if (memchr(buf + n, 0, got))
+            *problem = "it contains NUL bytes, so it is not text";
+        else if ((n += (int64_t)got) > MAX_DATA_BYTES)
+            *problem = "it is larger than 1 GiB";
+    }
+    if (!*problem && ferror(f))
+        *problem = strerror(errno);
     fclose(f);
-    if (failed) {
+    if (*problem) {
         free(buf);
         return NULL;
     }
@@ -233,18 +294,17 @@ static void *read_file(const char *path, int64_t *size)
 static int load_text(dataset *d, const char *path, int64_t min_train)
 {
     int64_t n = 0;
-    unsigned char *buf = read_file(path, &n);
-    if (!buf)
-        return fprintf(stderr, "gpt: cannot read --data %s: %s\n", path, strerror(errno)), 1;
-    const char *problem = n == 0 ? "is empty"
-                          : memchr(buf, 0, (size_t)n) ? "contains NUL bytes, so it is not text"
-                          : NULL;
+    const char *problem = NULL;
+    unsigned char *buf = read_text(path, &n, &problem);
+    if (!problem && n == 0)
+        problem = "it is empty";
     if (!problem && (n - n / 10 < min_train || n / 10 < 2)) /* and 2 to validate on */
-        problem = "is too short";
+        problem = "it is too short";
     if (problem) {
-        fprintf(stderr, "gpt: --data %s %s (%lld bytes; the model needs context + 1 = %lld "
-                "bytes to train on, 90%% of the file, and 2 to validate on, 10%%)\n", path, problem,
-                (long long)n, (long long)min_train);
+        fprintf(stderr, "gpt: cannot read --data %s: %s (--data takes a text file of "
+                "1 GiB at most, with no NUL bytes, of which the model trains on 90%%, at least "
+                "context + 1 = %lld bytes, and validates on 10%%, at least 2 bytes)\n", path,
+                problem, (long long)min_train);
         free(buf);
         return 1;
     }
@@ -275,6 +335,7 @@ typedef struct {
     int64_t T, batch, steps, eval_every, step; /* step: steps done */
     double lr;
     double *loss, *val;                        /* per step; val NAN when not measured */
+    const char *failure;                       /* why a step failed, if not the library */
 } trainer;
 
 /* Mean loss of one batch: x, y int64 [B, T]. Adds the graph only in grad mode. */
@@ -286,13 +347,24 @@ static tg_tensor *batch_loss(trainer *tr, const int64_t *x, const int64_t *y, in
     return loss;
 }
 
+/* n int64 token ids for the rows of x and y, or NULL with tr->failure set. */
+static int64_t *token_buffer(trainer *tr, int64_t n)
+{
+    int64_t *p = malloc(sizeof(int64_t) * (size_t)n);
+    if (!p)
+        tr->failure = "out of memory for a batch of tokens";
+    return p;
+}
+
 /* One AdamW step on a fresh batch: warmup + cosine rate, gradients clipped
  * to norm 1. The loss, or NAN on error. */
 static double train_step(trainer *tr, const dataset *d)
 {
     int64_t B = tr->batch, T = tr->T, warmup = tr->steps / 10 < 100 ? tr->steps / 10 : 100;
     tg_optim_set_lr(tr->opt, tg_lr_warmup_cosine(tr->step, warmup, tr->steps, tr->lr, tr->lr / 10));
-    int64_t *x = malloc(sizeof(int64_t) * (size_t)(2 * B * T)), *y = x + B * T;
+    int64_t *x = token_buffer(tr, 2 * B * T), *y = x + B * T;
+    if (!x)
+        return NAN;
     for (int64_t b = 0; b < B; b++) {
         if (d->task)
             task_row(d, tr->data_rng, false, T, x + b * T, y + b * T);
@@ -324,7 +396,9 @@ static double validation_loss(trainer *tr, const dataset *d)
     int64_t wT = d->task ? T : (d->n_val - 1 < T ? d->n_val - 1 : T); /* short splits: short rows */
     if (rows < 1)
         rows = 1;
-    int64_t *x = malloc(sizeof(int64_t) * (size_t)(2 * rows * wT)), *y = x + rows * wT;
+    int64_t *x = token_buffer(tr, 2 * rows * wT), *y = x + rows * wT;
+    if (!x)
+        return NAN;
     tg_rng *rng = tg_rng_new(12345);
     for (int64_t r = 0; r < rows; r++) {
         if (d->task) {
@@ -372,7 +446,7 @@ static double task_accuracy(tg_gpt *model, const dataset *d, uint64_t seed, int 
                             out) < 0)
             break;
         for (int t = 0; t < PROBLEM_LEN; t++)
-            got[t] = (char)d->chars[out[t]];
+            got[t] = (char)d->vocab.chars[out[t]];
         right += strcmp(got, p) == 0;
         if (show && i < 5) /* the sum reads right to left */
             printf("  %.7s = %c%c%c%c  (model wrote %.4s, lowest digit first)  %s\n", p, got[11],
@@ -469,127 +543,90 @@ static int write_svg(const char *path, const trainer *tr)
 }
 
 /* ---- checkpoints ------------------------------------------------------------------ */
-/* One safetensors file holds the model's parameters, the AdamW state, both
- * generators, the vocabulary, the config, the run's settings and its loss
- * history: everything a resumed run needs to continue bit for bit. */
+/* One safetensors file holds everything a resumed run needs to continue bit
+ * for bit (gpt_checkpoint.c reads and writes it). */
 
-static int add_owned(tg_params *ps, const char *name, tg_tensor *t)
+static int save_run(const char *path, const trainer *tr, const dataset *d)
 {
-    int rc = t ? tg_params_add(ps, NULL, name, t) : -1;
-    tg_release(t);
-    return rc;
+    gpt_run run = {tr->model, &tr->params, tr->opt, tr->data_rng, &d->vocab,
+                   {tr->steps, tr->batch, tr->eval_every, tr->lr, d->task}, tr->loss, tr->val,
+                   tr->step};
+    return gpt_checkpoint_save(path, &run);
 }
 
-static int save_checkpoint(const char *path, const trainer *tr, const dataset *d)
+/* Per-step loss arrays for a run of tr->steps, or 1 after saying why not. */
+static int alloc_history(trainer *tr)
 {
-    const tg_gpt_config *c = tg_gpt_config_of(tr->model);
-    int64_t cfg[5] = {c->vocab_size, c->block_size, c->n_layer, c->n_head, c->n_embd};
-    int64_t vocab[256];
-    for (int i = 0; i < d->vocab_size; i++)
-        vocab[i] = d->chars[i];
-    double settings[5] = {(double)tr->steps, (double)tr->batch, tr->lr, d->task,
-                          (double)tr->eval_every};
-    int64_t n = tr->step > 0 ? tr->step : 1;
-    double *hist = malloc(sizeof(double) * (size_t)(2 * n));
-    for (int64_t i = 0; i < n; i++) {
-        hist[2 * i] = i < tr->step ? tr->loss[i] : NAN;
-        hist[2 * i + 1] = i < tr->step ? tr->val[i] : NAN;
-    }
-    tg_params ps = {0};
-    int rc = 0;
-    for (int i = 0; i < tr->params.count; i++)
-        rc |= tg_params_add(&ps, NULL, tr->params.names[i], tr->params.tensors[i]);
-    rc |= tg_optim_state(tr->opt, &ps);
-    rc |= add_owned(&ps, "gpt.config", tg_from_data(TG_INT64, 1, (int64_t[]){5}, cfg));
-    rc |= add_owned(&ps, "gpt.vocab", tg_from_data(TG_INT64, 1, (int64_t[]){d->vocab_size}, vocab));
-    rc |= add_owned(&ps, "train.settings", tg_from_data(TG_FLOAT64, 1, (int64_t[]){5}, settings));
-    rc |= add_owned(&ps, "train.history", tg_from_data(TG_FLOAT64, 2, (int64_t[]){n, 2}, hist));
-    rc |= add_owned(&ps, "train.rng_data", tg_rng_state_tensor(tr->data_rng));
-    rc |= add_owned(&ps, "train.rng_dropout", tg_rng_state_tensor(tg_gpt_rng(tr->model)));
-    char meta[160];
-    snprintf(meta, sizeof meta, "vocab %lld, context %lld, %lld layers, %lld heads, d %lld",
-             (long long)cfg[0], (long long)cfg[1], (long long)cfg[2], (long long)cfg[3],
-             (long long)cfg[4]);
-    if (rc == 0)
-        rc = tg_safetensors_save(path, &ps, 1, (const char *[]){"gpt"}, (const char *[]){meta});
-    tg_params_clear(&ps);
-    free(hist);
-    if (rc)
-        fprintf(stderr, "gpt: cannot save %s: %s\n", path, tg_error_message());
-    return rc ? 1 : 0;
-}
-
-/* A checkpoint's tensors, and the model and vocabulary rebuilt from them. */
-static int load_model(const char *path, tg_params *ck, tg_gpt **model, dataset *d)
-{
-    if (tg_safetensors_load(path, ck) < 0)
-        return fprintf(stderr, "gpt: cannot load %s: %s\n", path, tg_error_message()), 1;
-    tg_tensor *cfg = tg_params_find(ck, "gpt.config"), *vocab = tg_params_find(ck, "gpt.vocab");
-    int64_t c[5] = {0}, v[256] = {0};
-    if (!cfg || !vocab || tg_copy_to(cfg, TG_INT64, c, 5) < 0 ||
-        tg_copy_to(vocab, TG_INT64, v, 256) < 0 || c[0] != tg_numel(vocab))
-        return fprintf(stderr, "gpt: %s is not a gpt checkpoint (no gpt.config/gpt.vocab)\n",
-                       path), 1;
-    unsigned char chars[256];
-    for (int64_t i = 0; i < c[0]; i++)
-        chars[i] = (unsigned char)v[i];
-    set_vocab(d, chars, (int)c[0]);
-    tg_gpt_config config = {c[0], c[1], c[2], c[3], c[4], 0.0};
-    tg_rng *rng = tg_rng_new(0);
-    *model = tg_gpt_new(&config, TG_FLOAT32, rng);
-    tg_rng_free(rng);
-    tg_params mp = {0};
-    int rc = *model ? tg_gpt_params(*model, &mp) : -1;
-    for (int i = 0; rc == 0 && i < mp.count; i++) {
-        tg_tensor *src = tg_params_find(ck, mp.names[i]), *dst = mp.tensors[i];
-        rc = src && tg_numel(src) == tg_numel(dst)
-                 ? tg_copy_to(src, TG_FLOAT32, tg_data(dst), tg_numel(dst)) : -1;
-    }
-    tg_params_clear(&mp);
-    if (rc)
-        fprintf(stderr, "gpt: %s does not hold the model its config describes\n", path);
-    return rc ? 1 : 0;
+    tr->loss = calloc((size_t)tr->steps, sizeof(double));
+    tr->val = calloc((size_t)tr->steps, sizeof(double));
+    if (!tr->loss || !tr->val)
+        return fprintf(stderr, "gpt: out of memory for the losses of %lld steps\n",
+                       (long long)tr->steps), 1;
+    return 0;
 }
 
 /* Restores everything else a run needs; settings not given on the command
- * line come from the checkpoint. */
+ * line come from the checkpoint, checked as the command line is. */
 static int resume(const char *path, const tg_params *ck, trainer *tr, const options *o)
 {
-    double set[5];
-    tg_tensor *hist = tg_params_find(ck, "train.history");
-    if (tg_copy_to(tg_params_find(ck, "train.settings"), TG_FLOAT64, set, 5) < 0 || !hist ||
-        tg_optim_load_state(tr->opt, ck) < 0 ||
-        tg_rng_set_state_tensor(tr->data_rng, tg_params_find(ck, "train.rng_data")) < 0 ||
-        tg_rng_set_state_tensor(tg_gpt_rng(tr->model), tg_params_find(ck, "train.rng_dropout")) < 0)
-        return fprintf(stderr, "gpt: %s cannot be resumed: %s\n", path, tg_error_message()), 1;
-    tr->steps = o->set_steps ? o->steps : (int64_t)set[0];
-    tr->batch = o->set_batch ? o->batch : (int64_t)set[1];
-    tr->lr = o->set_lr ? o->lr : set[2];
-    tr->eval_every = o->eval_every ? o->eval_every : (int64_t)set[4];
+    gpt_settings s;
+    if (gpt_checkpoint_load_settings(path, ck, &s))
+        return 1;
+    const char *what = "the optimizer state";
+    int rc = tg_optim_load_state(tr->opt, ck);
+    if (rc == 0 && (what = "train.rng_data",
+                    tg_rng_set_state_tensor(tr->data_rng, tg_params_find(ck, what)) < 0))
+        rc = -1;
+    if (rc == 0 && (what = "train.rng_dropout",
+                    tg_rng_set_state_tensor(tg_gpt_rng(tr->model), tg_params_find(ck, what)) < 0))
+        rc = -1;
+    if (rc)
+        return fprintf(stderr, "gpt: %s cannot be resumed: its %s is not usable: %s\n", path,
+                       what, tg_error_code() ? tg_error_message() : "missing or malformed"), 1;
+    tr->steps = o->set_steps ? o->steps : s.steps;
+    tr->batch = o->set_batch ? o->batch : s.batch;
+    tr->lr = o->set_lr ? o->lr : s.lr;
+    tr->eval_every = o->eval_every ? o->eval_every : s.eval_every;
     tr->step = tg_optim_steps(tr->opt);
     if (tr->step >= tr->steps)
         return fprintf(stderr, "gpt: %s already ran %lld of %lld steps; give more --steps\n",
                        path, (long long)tr->step, (long long)tr->steps), 1;
-    tr->loss = calloc((size_t)tr->steps, sizeof(double));
-    tr->val = calloc((size_t)tr->steps, sizeof(double));
-    int64_t n = tg_size(hist, 0);
-    double *h = malloc(sizeof(double) * (size_t)(2 * n));
-    tg_copy_to(hist, TG_FLOAT64, h, 2 * n);
-    for (int64_t i = 0; i < tr->step && i < n; i++) {
-        tr->loss[i] = h[2 * i];
-        tr->val[i] = h[2 * i + 1];
-    }
-    free(h);
+    if (alloc_history(tr))
+        return 1;
+    return gpt_checkpoint_load_history(path, ck, tr->step, tr->loss, tr->val);
+}
+
+/* ---- where the outputs go ------------------------------------------------------ */
+/* An output must not be an input, nor the other output: --out over --data
+ * would destroy the text, --svg over --out the checkpoint (gpt_same_file
+ * compares inodes, or resolved paths for files not made yet). */
+
+/* 0, or the usage error for an output that is an input or the other output. */
+static int check_outputs(const options *o)
+{
+    const struct {
+        const char *out_name, *out, *in_name, *in;
+    } pairs[] = {
+        {"--out", o->out, "--data", o->data},   {"--out", o->out, "--svg", o->svg},
+        {"--svg", o->svg, "--data", o->data},   {"--svg", o->svg, "--resume", o->resume},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+        if (pairs[i].in && gpt_same_file(pairs[i].out, pairs[i].in))
+            return usage_error("%s %s is the same file as %s %s; writing it would destroy %s",
+                               pairs[i].out_name, pairs[i].out, pairs[i].in_name, pairs[i].in,
+                               pairs[i].in_name[2] == 's' ? "the other output" : "the input");
     return 0;
 }
 
 /* ---- gpt train ---------------------------------------------------------------------- */
 
-static volatile sig_atomic_t interrupted;
-static void on_interrupt(int sig)
+static volatile sig_atomic_t interrupted; /* the signal that asked to stop, or 0 */
+
+/* Asks the loop to stop after this step; a second signal acts as if unhandled. */
+static void on_signal(int sig)
 {
-    (void)sig;
-    interrupted = 1;
+    interrupted = sig;
+    signal(sig, SIG_DFL);
 }
 
 /* The data and a model for it: from the checkpoint when resuming (then a
@@ -604,23 +641,27 @@ static int setup(const options *o, dataset *d, trainer *tr, tg_params *ck)
         return usage_error("--config: unknown '%s' (task, tiny, small or medium)", o->config);
     d->task = !o->data;
     if (o->resume) {
-        dataset saved = {0};
-        if (load_model(o->resume, ck, &tr->model, &saved))
+        gpt_vocab saved;
+        gpt_settings s;
+        if (gpt_checkpoint_load_model(o->resume, ck, &tr->model, &saved) ||
+            gpt_checkpoint_load_settings(o->resume, ck, &s))
             return 1;
-        double set[5] = {0};
-        tg_copy_to(tg_params_find(ck, "train.settings"), TG_FLOAT64, set, 5);
-        if ((set[3] != 0) != d->task)
+        if (s.task != d->task)
             return fprintf(stderr, "gpt: %s was trained %s; resume it the same way\n", o->resume,
-                           set[3] != 0 ? "on the built-in task, without --data" : "with --data"), 1;
+                           s.task ? "on the built-in task, without --data" : "with --data"), 1;
         tr->T = d->task ? PROBLEM_LEN - 1 : tg_gpt_config_of(tr->model)->block_size;
+        if (d->task && tg_gpt_config_of(tr->model)->block_size < tr->T)
+            return fprintf(stderr, "gpt: %s has a context of %lld, shorter than the task's %lld\n",
+                           o->resume, (long long)tg_gpt_config_of(tr->model)->block_size,
+                           (long long)tr->T), 1;
         if (!d->task && load_text(d, o->data, tr->T + 1))
             return 1;
-        if (!d->task && (d->vocab_size != saved.vocab_size ||
-                         memcmp(d->chars, saved.chars, (size_t)saved.vocab_size)))
+        if (!d->task && (d->vocab.size != saved.size ||
+                         memcmp(d->vocab.chars, saved.chars, (size_t)saved.size)))
             return fprintf(stderr, "gpt: %s has other characters than the text %s was trained on\n",
                            o->data, o->resume), 1;
         *d = (dataset){.task = d->task, .text = d->text, .n_train = d->n_train, .n_val = d->n_val};
-        set_vocab(d, saved.chars, saved.vocab_size);
+        set_vocab(d, saved.chars, saved.size);
         return 0;
     }
     tr->T = d->task ? PROBLEM_LEN - 1 : sh->block_size;
@@ -628,7 +669,7 @@ static int setup(const options *o, dataset *d, trainer *tr, tg_params *ck)
         set_vocab(d, (const unsigned char *)task_chars, (int)strlen(task_chars));
     else if (load_text(d, o->data, tr->T + 1))
         return 1;
-    tg_gpt_config c = {d->vocab_size, sh->block_size, sh->n_layer, sh->n_head, sh->n_embd, 0.0};
+    tg_gpt_config c = {d->vocab.size, sh->block_size, sh->n_layer, sh->n_head, sh->n_embd, 0.0};
     tg_rng *init = tg_rng_new((uint64_t)o->seed);
     tr->model = tg_gpt_new(&c, TG_FLOAT32, init);
     tg_rng_free(init);
@@ -643,7 +684,7 @@ static int prepare(const options *o, dataset *d, trainer *tr, tg_params *ck)
     if (rc)
         return rc;
     tr->data_rng = tg_rng_new((uint64_t)o->seed + 1);
-    if (tg_gpt_params(tr->model, &tr->params) < 0 ||
+    if (!tr->data_rng || tg_gpt_params(tr->model, &tr->params) < 0 ||
         !(tr->opt = tg_adamw_new(&tr->params, o->lr, 0.9, 0.99, 1e-8, 0.1)))
         return fprintf(stderr, "gpt: %s\n", tg_error_message()), 1;
     if (o->resume)
@@ -653,86 +694,132 @@ static int prepare(const options *o, dataset *d, trainer *tr, tg_params *ck)
     tr->lr = o->lr;
     tr->eval_every = o->eval_every ? o->eval_every : tr->steps / 20 > 100 ? 100
                                                      : tr->steps / 20 < 1 ? 1 : tr->steps / 20;
-    tr->loss = calloc((size_t)tr->steps, sizeof(double));
-    tr->val = calloc((size_t)tr->steps, sizeof(double));
-    return 0;
+    return alloc_history(tr);
 }
 
-/* The loop: one step, a validation loss every eval_every steps, progress.
- * Stops early at --stop-at or on Ctrl-C (the checkpoint is still written). */
+/* Training on far less text than it reads (or on barely one context of it)
+ * learns the file by heart, slowly: say so before spending the time. */
+static void warn_if_data_is_small(const trainer *tr, const dataset *d)
+{
+    double reads = (double)(tr->steps - tr->step) * (double)tr->batch * (double)tr->T;
+    if (d->task || (reads <= 100 * (double)d->n_train && d->n_train >= 2 * (tr->T + 1)))
+        return;
+    fprintf(stderr, "gpt: warning: the run reads %.0f characters, %.0f times the %lld of the "
+            "training split (%lld windows of context + 1); the model will learn this text by "
+            "heart. A larger --data file, or fewer --steps, is a better use of the time.\n",
+            reads, reads / (double)d->n_train, (long long)d->n_train,
+            (long long)(d->n_train - tr->T));
+}
+
+/* The loop: one step, a validation loss every eval_every steps, progress, a
+ * checkpoint every save_every steps. Stops early at --stop-at or on SIGINT
+ * or SIGTERM; the caller writes the final checkpoint. */
 static int train_loop(trainer *tr, const dataset *d, const options *o)
 {
     int64_t first = tr->step;
     double started = now();
     bool tty = isatty(STDOUT_FILENO);
-    signal(SIGINT, on_interrupt);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
     while (tr->step < tr->steps && !(o->stop_at && tr->step >= o->stop_at) && !interrupted) {
-        double loss = train_step(tr, d);
-        if (isnan(loss))
-            return fprintf(stderr, "\ngpt: training failed at step %lld: %s\n",
-                           (long long)tr->step + 1, tg_error_code() ? tg_error_message()
-                                                    : "the loss is NaN (try a lower --lr)"), 1;
+        int64_t s = tr->step + 1;
+        double loss = train_step(tr, d), val = NAN;
+        bool measure = s % tr->eval_every == 0 || s == tr->steps;
+        if (!isnan(loss) && measure)
+            val = validation_loss(tr, d);
+        if (isnan(loss) || (measure && isnan(val)))
+            return fprintf(stderr, "\ngpt: training failed at step %lld: %s\n", (long long)s,
+                           tr->failure ? tr->failure : tg_error_code() ? tg_error_message()
+                           : "the loss is NaN (try a lower --lr)"), 1;
         tr->loss[tr->step] = loss;
-        tr->val[tr->step] = NAN;
-        tr->step++;
-        if (tr->step % tr->eval_every == 0 || tr->step == tr->steps)
-            tr->val[tr->step - 1] = validation_loss(tr, d);
+        tr->val[tr->step] = val;
+        tr->step = s;
         progress(tr, first, started, tty);
+        if (o->save_every && tr->step % o->save_every == 0 && tr->step < tr->steps &&
+            tr->step != o->stop_at && !interrupted && save_run(o->out, tr, d) == 0) {
+            printf("%ssaved %s at step %lld\n", tty ? "\r\033[K" : "", o->out,
+                   (long long)tr->step);
+            fflush(stdout);
+        }
     }
-    if (tr->step < tr->steps)
-        printf("%sstopped at step %lld of %lld; continue with --resume %s\n", tty ? "\n" : "",
-               (long long)tr->step, (long long)tr->steps, o->out);
     double secs = now() - started;
-    printf("trained %lld steps in %.1f s (%.2f steps/s)\n", (long long)(tr->step - first), secs,
+    printf("%strained %lld steps in %.1f s (%.2f steps/s)\n",
+           tty && tr->step < tr->steps ? "\n" : "", (long long)(tr->step - first), secs,
            (double)(tr->step - first) / secs);
+    return 0;
+}
+
+/* Prints what is about to be trained, and a warning when the text is small. */
+static void describe(const trainer *tr, const dataset *d, const options *o)
+{
+    const tg_gpt_config *c = tg_gpt_config_of(tr->model);
+    printf("training on %s: vocab %lld, context %lld, %lld layers, %lld heads, d %lld, "
+           "%lld parameters\n", d->task ? "3-digit addition (built-in task)" : o->data,
+           (long long)c->vocab_size, (long long)c->block_size, (long long)c->n_layer,
+           (long long)c->n_head, (long long)c->n_embd, (long long)tg_params_numel(&tr->params));
+    printf("AdamW lr %g (warmup + cosine), batch %lld, steps %lld%s\n", tr->lr,
+           (long long)tr->batch, (long long)tr->steps, o->resume ? ", resumed" : "");
+    if (!d->task)
+        printf("text: %lld characters for training, %lld for validation\n",
+               (long long)d->n_train, (long long)d->n_val);
+    fflush(stdout);
+    warn_if_data_is_small(tr, d);
+}
+
+/* The end of a run: the final line, the checkpoint and the picture, how to
+ * go on if it stopped early, and the accuracy on the task. An exit code. */
+static int finish(trainer *tr, const dataset *d, const options *o)
+{
+    double val = tr->val[tr->step - 1];
+    printf("final: step %lld loss %.6f val %.6f\n", (long long)tr->step, tr->loss[tr->step - 1],
+           isnan(val) ? validation_loss(tr, d) : val);
+    if (save_run(o->out, tr, d) || write_svg(o->svg, tr))
+        return 1;
+    printf("saved %s and %s\n", o->out, o->svg);
+    if (tr->step < tr->steps)
+        printf("stopped at step %lld of %lld%s; continue with --resume %s\n", (long long)tr->step,
+               (long long)tr->steps, interrupted == SIGTERM ? " by SIGTERM"
+               : interrupted ? " by SIGINT" : "", o->out);
+    if (interrupted)
+        return 128 + interrupted;
+    if (d->task && tr->step == tr->steps) {
+        printf("held-out problems (never trained on; greedy generation):\n");
+        double acc = task_accuracy(tr->model, d, (uint64_t)o->seed + 2, 500, true);
+        printf("exact-match accuracy: %.1f%% of 500\n", 100 * acc);
+    }
     return 0;
 }
 
 static int cmd_train(int argc, char **argv)
 {
     options o = {.config = NULL, .out = "gpt.safetensors", .svg = "loss_curve.svg", .steps = 1500,
-                 .batch = 64, .lr = 1e-3, .seed = 1337};
+                 .batch = 64, .lr = 1e-3, .seed = 1337, .save_every = 500};
     int rc = parse_options(argc, argv, true, &o);
     if (rc)
-        return rc;
+        return rc < 0 ? 0 : rc;
     if (!o.config)
         o.config = o.data ? "small" : "task";
     if (o.data && !o.set_batch)
         o.batch = 32;
     if (o.data && !o.set_steps)
         o.steps = 2000;
+    if ((rc = check_outputs(&o)))
+        return rc;
+    if (tg_safetensors_check_writable(o.out) < 0)
+        return fprintf(stderr, "gpt: cannot write --out %s: %s\n", o.out, tg_error_message()), 1;
+    if ((rc = gpt_probe_writable("--svg", o.svg)))
+        return rc;
     dataset d = {0};
     trainer tr = {0};
     tg_params ck = {0};
     rc = prepare(&o, &d, &tr, &ck);
     tg_params_clear(&ck);
     if (!rc) {
-        const tg_gpt_config *c = tg_gpt_config_of(tr.model);
-        printf("training on %s: vocab %lld, context %lld, %lld layers, %lld heads, d %lld, "
-               "%lld parameters\n", d.task ? "3-digit addition (built-in task)" : o.data,
-               (long long)c->vocab_size, (long long)c->block_size, (long long)c->n_layer,
-               (long long)c->n_head, (long long)c->n_embd, (long long)tg_params_numel(&tr.params));
-        printf("AdamW lr %g (warmup + cosine), batch %lld, steps %lld%s\n", tr.lr,
-               (long long)tr.batch, (long long)tr.steps, o.resume ? ", resumed" : "");
-        if (!d.task)
-            printf("text: %lld characters for training, %lld for validation\n",
-                   (long long)d.n_train, (long long)d.n_val);
-        fflush(stdout);
+        describe(&tr, &d, &o);
         rc = train_loop(&tr, &d, &o);
     }
-    if (!rc && tr.step > 0) {
-        double val = tr.val[tr.step - 1];
-        printf("final: step %lld loss %.6f val %.6f\n", (long long)tr.step, tr.loss[tr.step - 1],
-               isnan(val) ? validation_loss(&tr, &d) : val);
-        rc = save_checkpoint(o.out, &tr, &d) || write_svg(o.svg, &tr);
-        if (!rc)
-            printf("saved %s and %s\n", o.out, o.svg);
-    }
-    if (!rc && d.task && tr.step == tr.steps) {
-        printf("held-out problems (never trained on; greedy generation):\n");
-        double acc = task_accuracy(tr.model, &d, (uint64_t)o.seed + 2, 500, true);
-        printf("exact-match accuracy: %.1f%% of 500\n", 100 * acc);
-    }
+    if (!rc && tr.step > 0)
+        rc = finish(&tr, &d, &o);
     tg_optim_free(tr.opt);
     tg_params_clear(&tr.params);
     tg_gpt_free(tr.model);
@@ -745,12 +832,36 @@ static int cmd_train(int argc, char **argv)
 
 /* ---- gpt sample ------------------------------------------------------------------------ */
 
+/* Prints each token as it is made, so that a long sample shows as it goes;
+ * stops generation if stdout can no longer be written. */
+static int print_token(int64_t token, void *ctx)
+{
+    const dataset *d = ctx;
+    putchar(d->vocab.chars[token]);
+    return fflush(stdout) != 0 || ferror(stdout);
+}
+
+/* The prompt as token ids (ids, prompt length), or 1 after naming the first
+ * character the model does not know. */
+static int encode_prompt(const dataset *d, const char *prompt, int64_t *ids)
+{
+    for (int64_t i = 0; prompt[i]; i++)
+        if ((ids[i] = d->ids[(unsigned char)prompt[i]]) < 0) {
+            char e[8];
+            fprintf(stderr, "gpt: the prompt's character '%s' (byte %d, at %lld) is not in the "
+                    "model's vocabulary\n", escaped((char[]){prompt[i], 0}, e, sizeof e),
+                    (unsigned char)prompt[i], (long long)i);
+            return 1;
+        }
+    return 0;
+}
+
 static int cmd_sample(int argc, char **argv)
 {
     options o = {.prompt = "\n", .tokens = 200, .temperature = 1.0, .seed = 1337};
     int rc = parse_options(argc, argv, false, &o);
     if (rc)
-        return rc;
+        return rc < 0 ? 0 : rc;
     if (!o.ckpt)
         return usage_error("sample needs --ckpt FILE");
     int64_t len = (int64_t)strlen(o.prompt);
@@ -759,26 +870,25 @@ static int cmd_sample(int argc, char **argv)
     tg_params ck = {0};
     tg_gpt *model = NULL;
     dataset d = {0};
-    rc = load_model(o.ckpt, &ck, &model, &d);
+    rc = gpt_checkpoint_load_model(o.ckpt, &ck, &model, &d.vocab);
     tg_params_clear(&ck);
+    set_vocab(&d, d.vocab.chars, d.vocab.size);
     int64_t *ids = malloc(sizeof(int64_t) * (size_t)len);
     int64_t *out = malloc(sizeof(int64_t) * (size_t)(len + o.tokens));
-    for (int64_t i = 0; !rc && i < len; i++)
-        if ((ids[i] = d.ids[(unsigned char)o.prompt[i]]) < 0) {
-            fprintf(stderr, "gpt: the prompt's character '%c' (byte %d, at %lld) is not in the "
-                    "model's vocabulary\n", o.prompt[i], (unsigned char)o.prompt[i], (long long)i);
-            rc = 1;
-        }
+    if (!rc && (!ids || !out))
+        rc = (fprintf(stderr, "gpt: out of memory for %lld tokens\n", (long long)(len + o.tokens)), 1);
+    if (!rc)
+        rc = encode_prompt(&d, o.prompt, ids);
     tg_rng *rng = tg_rng_new((uint64_t)o.seed);
     tg_sample_options so = {.temperature = o.temperature, .top_k = o.top_k, .greedy = o.greedy};
-    if (!rc && tg_gpt_generate(model, ids, len, o.tokens, &so, rng, out) < 0) {
-        fprintf(stderr, "gpt: sampling failed: %s\n", tg_error_message());
-        rc = 1;
+    if (!rc) {
+        fputs(o.prompt, stdout);
+        fflush(stdout);
+        if (tg_gpt_generate_each(model, ids, len, o.tokens, &so, rng, out, print_token, &d) < 0)
+            rc = (fprintf(stderr, "\ngpt: sampling failed: %s\n", tg_error_message()), 1);
+        else if (putchar('\n') == EOF || fflush(stdout) != 0)
+            rc = (fprintf(stderr, "gpt: cannot write the sample: %s\n", strerror(errno)), 1);
     }
-    for (int64_t i = 0; !rc && i < len + o.tokens; i++)
-        putchar(d.chars[out[i]]);
-    if (!rc)
-        putchar('\n');
     tg_rng_free(rng);
     free(ids);
     free(out);
@@ -793,10 +903,14 @@ int main(int argc, char **argv)
         rc = cmd_train(argc, argv);
     else if (argc >= 2 && !strcmp(argv[1], "sample"))
         rc = cmd_sample(argc, argv);
-    else if (argc >= 2 && (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help")))
+    else if (argc >= 2 && (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||
+                           !strcmp(argv[1], "-h")))
         return fputs(usage_text, stdout), 0;
-    else
-        return usage_error("unknown command '%s'", argc >= 2 ? argv[1] : "(none)");
+    else {
+        char e[96];
+        return usage_error("unknown command '%s'",
+                           argc >= 2 ? escaped(argv[1], e, sizeof e) : "(none)");
+    }
     if (tg_live_tensors() != 0)
         fprintf(stderr, "gpt: %lld tensors leaked\n", (long long)tg_live_tensors());
     return rc;

@@ -585,6 +585,13 @@ static kv_cache *new_caches(const tg_gpt *m)
 int tg_gpt_generate(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
                     const tg_sample_options *opts, tg_rng *rng, int64_t *out)
 {
+    return tg_gpt_generate_each(m, prompt, prompt_len, n, opts, rng, out, NULL, NULL);
+}
+
+int tg_gpt_generate_each(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
+                         const tg_sample_options *opts, tg_rng *rng, int64_t *out,
+                         int (*on_token)(int64_t token, void *ctx), void *ctx)
+{
     TG_CHECK_NULL_STATUS(m);
     TG_CHECK_NULL_STATUS(prompt);
     TG_CHECK_NULL_STATUS(opts);
@@ -616,6 +623,8 @@ int tg_gpt_generate(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_
         cached = len - w;
         if (rc == 0)
             out[len++] = sample(row, V, opts, rng, scratch);
+        if (rc == 0 && on_token && on_token(out[len - 1], ctx))
+            break;
     }
     tg_set_grad_enabled(was);
     free_caches(caches, m->config.n_layer);

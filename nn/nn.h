@@ -260,6 +260,14 @@ typedef struct {
  * greedy. 0, or -1 on error. */
 int tg_gpt_generate(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
                     const tg_sample_options *opts, tg_rng *rng, int64_t *out);
+/* tg_gpt_generate that hands each new token to on_token(token, ctx) as soon
+ * as it is chosen, before the next one is computed (to print a stream, for
+ * example). A nonzero return from on_token stops generation there; that is
+ * not an error: the call returns 0 and out holds the prompt and the tokens
+ * made so far. on_token NULL is tg_gpt_generate. */
+int tg_gpt_generate_each(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
+                         const tg_sample_options *opts, tg_rng *rng, int64_t *out,
+                         int (*on_token)(int64_t token, void *ctx), void *ctx);
 void tg_gpt_free(tg_gpt *m);
 
 /* ---- optimizers (nn/optim.c) ------------------------------------------------- */

@@ -1,10 +1,12 @@
 /* Runs examples/gpt on tiny settings in a temporary directory: training on
  * the built-in task and on a small text file, sampling from the checkpoint,
- * resuming bit for bit, and the errors a user can make. */
+ * resuming bit for bit, signals, and the errors a user (or a file) can make. */
 #include "testutil.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char dir[64];
@@ -59,6 +61,128 @@ static void remove_dir(void)
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
+}
+
+/* ---- running gpt in the background, to signal it ---- */
+
+/* Starts `gpt ARGS` in dir with stdout and stderr into dir/log; its pid. */
+static pid_t start(const char *args)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cd '%s' && exec '%s/gpt' %s > log 2>&1", dir,
+             getenv("TG_EXAMPLES"), args);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Waits up to `seconds` for dir/name to hold at least min_size bytes. */
+static bool wait_for_file(const char *name, long min_size, double seconds)
+{
+    for (double end = seconds_now() + seconds; seconds_now() < end; usleep(5000))
+        if (file_size(name) >= min_size)
+            return true;
+    return false;
+}
+
+/* Sends sig to pid and waits for it: its exit status, or 128 + the signal
+ * that killed it. The log goes into output. */
+static int stop(pid_t pid, int sig)
+{
+    int status;
+    ck_assert_int_eq(kill(pid, sig), 0);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    char path[128];
+    snprintf(path, sizeof path, "%s/log", dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    output[fread(output, 1, sizeof output - 1, f)] = '\0';
+    fclose(f);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The steps a checkpoint in dir has done (rows of its train.history). */
+static int64_t steps_done(const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    tg_params ck = {0};
+    ck_assert_int_eq(tg_safetensors_load(path, &ck), 0);
+    tg_tensor *h = tg_params_find(&ck, "train.history");
+    ck_assert_ptr_nonnull(h);
+    int64_t n = tg_size(h, 0);
+    tg_params_clear(&ck);
+    return n;
+}
+
+/* Resumes `name` until step `at` and runs the same training straight to
+ * `at`; both must end on the same loss. straight_args: the original run's. */
+static void assert_resumes_bit_for_bit(const char *name, int64_t at, const char *straight_args)
+{
+    char args[512], resumed[32], straight[32];
+    snprintf(args, sizeof args, "train --resume %s --stop-at %lld --out q.st --svg q.svg", name,
+             (long long)at);
+    ck_assert_int_eq(run(args), 0);
+    final_loss(resumed);
+    snprintf(args, sizeof args, "train %s --stop-at %lld --out r.st --svg r.svg --save-every 0",
+             straight_args, (long long)at);
+    ck_assert_int_eq(run(args), 0);
+    final_loss(straight);
+    ck_assert_str_eq(resumed, straight);
+}
+
+/* A symlink dir/name -> target. */
+static void make_link(const char *target, const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    ck_assert_int_eq(symlink(target, path), 0);
+}
+
+/* ---- checkpoints with edited values ---- */
+
+/* Copies checkpoint `from` to `to` in dir with tensor `name` replaced by
+ * value (taken over; NULL drops the tensor). */
+static void write_edited(const char *from, const char *to, const char *name, tg_tensor *value)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, from);
+    tg_params ck = {0}, edited = {0};
+    ck_assert_int_eq(tg_safetensors_load(path, &ck), 0);
+    for (int i = 0; i < ck.count; i++)
+        if (strcmp(ck.names[i], name))
+            ck_assert_int_eq(tg_params_add(&edited, NULL, ck.names[i], ck.tensors[i]), 0);
+    if (value)
+        ck_assert_int_eq(tg_params_add(&edited, NULL, name, value), 0);
+    tg_release(value);
+    snprintf(path, sizeof path, "%s/%s", dir, to);
+    ck_assert_int_eq(tg_safetensors_save(path, &edited, 0, NULL, NULL), 0);
+    tg_params_clear(&edited);
+    tg_params_clear(&ck);
+}
+
+static tg_tensor *settings(double steps, double batch, double lr, double task, double eval_every)
+{
+    return tg_from_data(TG_FLOAT64, 1, SHAPE(5),
+                        (const double[]){steps, batch, lr, task, eval_every});
+}
+
+static tg_tensor *config(int64_t vocab, int64_t context, int64_t layers, int64_t heads,
+                         int64_t width)
+{
+    return tg_from_data(TG_INT64, 1, SHAPE(5),
+                        (const int64_t[]){vocab, context, layers, heads, width});
 }
 
 static const char text[] =
@@ -213,6 +337,230 @@ START_TEST(bad_command_lines_are_usage_errors)
 }
 END_TEST
 
+START_TEST(resume_checks_every_value_of_the_checkpoint_like_the_command_line)
+{
+    ck_assert_int_eq(run("train --config tiny --steps 4 --batch 4 --stop-at 2 --out base.st "
+                         "--svg base.svg"), 0);
+    const struct {
+        const char *name;
+        tg_tensor *value;
+        const char *message;
+    } cases[] = {
+        {"train.settings", settings(4, 4, 1e-3, 1, 0), "--eval-every from bad.st: '0' is not"},
+        {"train.settings", settings(1e18, 4, 1e-3, 1, 1), "--steps from bad.st: '1e+18' is not"},
+        {"train.settings", settings(NAN, 4, 1e-3, 1, 1), "--steps from bad.st: 'nan' is not"},
+        {"train.settings", settings(4, 1e9, 1e-3, 1, 1), "--batch from bad.st: '1000000000'"},
+        {"train.settings", settings(4, 0, 1e-3, 1, 1), "--batch from bad.st: '0'"},
+        {"train.settings", settings(4, -3, 1e-3, 1, 1), "--batch from bad.st: '-3'"},
+        {"train.settings", settings(4, 4, NAN, 1, 1), "--lr from bad.st: 'nan'"},
+        {"train.settings", settings(4, 4, 1e-3, 0.5, 1), "task flag"},
+        {"train.history", tg_zeros(TG_FLOAT64, 0, NULL), "train.history is float64 with 0 dim"},
+        {"train.history", tg_zeros(TG_FLOAT64, 2, SHAPE(3, 2)), "train.history is [3, 2], not [2, 2]"},
+        {"train.history", NULL, "it has no train.history"},
+        {"train.rng_data", NULL, "its train.rng_data is not usable"},
+        {"gpt.config", config(13, 16, 1, 2, 1000000000), "width = 1000000000 is outside 1..16384"},
+        {"gpt.config", config(13, 16, 1, 3, 32), "3 heads do not divide its width 32"},
+        {"gpt.config", config(14, 16, 1, 2, 32), "gpt.vocab has 13 entries but gpt.config says vocab 14"},
+        {"gpt.config", config(13, 0, 1, 2, 32), "context = 0 is outside"},
+        {"gpt.config", config(13, 16, 2, 2, 32), "it has no transformer.h.1.ln_1.weight"},
+        {"gpt.vocab", tg_zeros(TG_INT64, 1, SHAPE(13)), "gpt.vocab[1] = 0 is a repeat"},
+        {"gpt.vocab", ramp(TG_INT64, 1, SHAPE(13), 250, 1), "gpt.vocab[6] = 256 is not a byte"},
+        {"transformer.h.0.mlp.c_fc.weight", tg_zeros(TG_FLOAT32, 2, SHAPE(32, 128)),
+         "mlp.c_fc.weight is float32 [32, 128]; gpt.config implies float [128, 32]"},
+        {"transformer.wte.weight", tg_zeros(TG_INT64, 2, SHAPE(13, 32)), "wte.weight is int64"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_edited("base.st", "bad.st", cases[i].name, cases[i].value);
+        int status = run("train --resume bad.st --out o.st --svg o.svg");
+        ck_assert_msg(status == 1 || status == 2, "case %zu: exit %d:\n%s", i, status, output);
+        ck_assert_msg(strstr(output, cases[i].message), "case %zu: no '%s' in:\n%s", i,
+                      cases[i].message, output);
+        ck_assert_msg(!strstr(output, "step 3/"), "case %zu trained:\n%s", i, output);
+    }
+    /* sample --ckpt checks the model part the same way */
+    write_edited("base.st", "bad.st", "gpt.config", config(13, 16, 1, 2, 1000000000));
+    ck_assert_int_eq(run("sample --ckpt bad.st --tokens 3"), 1);
+    ck_assert_output("width = 1000000000 is outside");
+    ck_assert_int_eq(file_size("o.st"), -1);
+}
+END_TEST
+
+START_TEST(outputs_that_are_inputs_or_each_other_are_refused)
+{
+    write_file("t.txt", text, sizeof text - 1);
+    ck_assert_int_eq(run("train --config tiny --steps 2 --batch 4 --out b.st --svg b.svg"), 0);
+    make_link("t.txt", "link.txt");
+    make_link("new.svg", "dangling"); /* a save follows it, so it is new.svg */
+    static const struct {
+        const char *args, *message;
+    } cases[] = {
+        {"--data t.txt --out t.txt", "--out t.txt is the same file as --data t.txt"},
+        {"--data t.txt --out link.txt", "--out link.txt is the same file as --data t.txt"},
+        {"--out new.st --svg ./new.st", "--out new.st is the same file as --svg ./new.st"},
+        {"--out b.st --svg b.st", "--out b.st is the same file as --svg b.st"},
+        {"--data t.txt --svg ./t.txt", "--svg ./t.txt is the same file as --data t.txt"},
+        {"--resume b.st --svg b.st --out c.st", "--svg b.st is the same file as --resume b.st"},
+        {"--out dangling --svg new.svg", "--out dangling is the same file as --svg new.svg"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "train --config tiny --steps 2 --batch 4 %s", cases[i].args);
+        ck_assert_msg(run(args) == 2, "gpt %s:\n%s", args, output);
+        ck_assert_output(cases[i].message);
+        ck_assert_output("usage: gpt train");
+    }
+    ck_assert_int_eq(file_size("t.txt"), (long)sizeof text - 1);
+    ck_assert_int_eq(file_size("new.st"), -1);
+    ck_assert_int_eq(file_size("new.svg"), -1);
+    /* resuming into the checkpoint it came from is the normal way to go on */
+    ck_assert_int_eq(run("train --resume b.st --steps 3 --out b.st --svg b.svg"), 0);
+    ck_assert_output("step 3/3");
+}
+END_TEST
+
+START_TEST(unwritable_outputs_are_refused_before_training)
+{
+    write_file("t.txt", text, sizeof text - 1);
+    make_link("nodir/x.st", "broken");
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    static const struct {
+        const char *args, *message;
+    } cases[] = {
+        {"--out nodir/m.st", "cannot write --out nodir/m.st"},
+        {"--svg nodir/c.svg", "cannot write --svg nodir/c.svg"},
+        {"--out t.txt/m.st", "cannot write --out t.txt/m.st"},
+        {"--out .", "cannot write --out .: tg_safetensors_check_writable: .: names a directory"},
+        {"--svg sub", "cannot write --svg sub: it is a directory"},
+        {"--out broken", "cannot write --out broken"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "train --config tiny --steps 2 --batch 4 %s", cases[i].args);
+        ck_assert_msg(run(args) == 1, "gpt %s:\n%s", args, output);
+        ck_assert_output(cases[i].message);
+        ck_assert_msg(!strstr(output, "step 1/"), "gpt %s trained:\n%s", args, output);
+    }
+}
+END_TEST
+
+START_TEST(periodic_checkpoint_of_a_killed_run_resumes_bit_for_bit)
+{
+    const char *run_args = "--config tiny --batch 4 --steps 100000 --seed 7";
+    char args[256];
+    snprintf(args, sizeof args, "train %s --save-every 3 --out p.st --svg p.svg", run_args);
+    pid_t pid = start(args);
+    bool saved = wait_for_file("p.st", 1000, 60);
+    ck_assert_int_eq(stop(pid, SIGKILL), 128 + SIGKILL);
+    ck_assert_msg(saved, "no checkpoint appeared:\n%s", output);
+    int64_t done = steps_done("p.st"); /* a periodic save: the kill left no other */
+    ck_assert_int_ge(done, 3);
+    ck_assert_int_eq(done % 3, 0);
+    assert_resumes_bit_for_bit("p.st", done + 2, run_args);
+}
+END_TEST
+
+START_TEST(sigterm_saves_a_resumable_checkpoint_and_exits_143)
+{
+    const char *run_args = "--config tiny --batch 4 --steps 100000 --seed 8";
+    char args[256];
+    snprintf(args, sizeof args, "train %s --save-every 4 --out p.st --svg p.svg", run_args);
+    pid_t pid = start(args);
+    bool saved = wait_for_file("p.st", 1000, 60);
+    ck_assert_int_eq(stop(pid, SIGTERM), 143);
+    ck_assert_msg(saved, "no checkpoint appeared:\n%s", output);
+    ck_assert_output("by SIGTERM; continue with --resume p.st");
+    ck_assert_output("saved p.st at step 4\n");
+    const char *at = strstr(output, "stopped at step ");
+    ck_assert_ptr_nonnull(at);
+    long long stopped = atoll(at + strlen("stopped at step "));
+    ck_assert_int_eq(steps_done("p.st"), stopped); /* saved at the stop, not only every 4 */
+    assert_resumes_bit_for_bit("p.st", stopped + 2, run_args);
+
+    pid = start("train --config tiny --batch 4 --steps 100000 --save-every 2 --out i.st "
+                "--svg i.svg");
+    saved = wait_for_file("i.st", 1000, 60);
+    ck_assert_int_eq(stop(pid, SIGINT), 130);
+    ck_assert(saved);
+    ck_assert_output("by SIGINT; continue with --resume i.st");
+}
+END_TEST
+
+START_TEST(data_files_too_large_or_endless_are_refused_at_once)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/huge.txt", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(ftruncate(fileno(f), (off_t)2 << 30), 0); /* sparse: no disk used */
+    fclose(f);
+    double t0 = seconds_now();
+    ck_assert_int_eq(run("train --data huge.txt --config tiny --steps 2"), 1);
+    ck_assert_output("it is larger than 1 GiB");
+    ck_assert_output("--data takes a text file of 1 GiB at most");
+    ck_assert_int_eq(run("train --data /dev/zero --config tiny --steps 2"), 1);
+    ck_assert_output("NUL");
+    ck_assert_msg(seconds_now() - t0 < 10, "took %.1f s", seconds_now() - t0);
+}
+END_TEST
+
+START_TEST(sample_prints_tokens_as_they_are_made)
+{
+    ck_assert_int_eq(run("train --config tiny --steps 2 --batch 4 --out m.st --svg m.svg"), 0);
+    pid_t pid = start("sample --ckpt m.st --prompt 12 --tokens 1000000");
+    bool streamed = wait_for_file("log", 200, 30);
+    ck_assert_int_eq(stop(pid, SIGKILL), 128 + SIGKILL);
+    ck_assert_msg(streamed, "nothing printed while sampling:\n%s", output);
+    ck_assert(strncmp(output, "12", 2) == 0);
+    ck_assert_uint_eq(strspn(output, "0123456789+=\n"), strlen(output));
+}
+END_TEST
+
+START_TEST(training_on_far_too_little_text_warns_first)
+{
+    write_file("small.txt", text, 100);
+    ck_assert_int_eq(run("train --data small.txt --config tiny --batch 4 --steps 100000 "
+                         "--stop-at 1 --out s.st --svg s.svg"), 0);
+    ck_assert_output("gpt: warning: the run reads 6400000 characters, 71111 times the 90 of "
+                     "the training split");
+    ck_assert_int_eq(run("train --data t.txt --config tiny --steps 2 --batch 4 --out s.st "
+                         "--svg s.svg"), 1); /* missing file: no warning either way */
+    write_file("t.txt", text, sizeof text - 1);
+    ck_assert_int_eq(run("train --data t.txt --config tiny --steps 2 --batch 4 --out s.st "
+                         "--svg s.svg"), 0);
+    ck_assert(!strstr(output, "warning"));
+}
+END_TEST
+
+START_TEST(control_characters_of_a_prompt_are_escaped_in_messages)
+{
+    ck_assert_int_eq(run("train --config tiny --steps 2 --batch 4 --out m.st --svg m.svg"), 0);
+    ck_assert_int_eq(run("sample --ckpt m.st --prompt \"$(printf '1\\0012')\""), 1);
+    ck_assert_output("character '\\x01' (byte 1, at 1)");
+    ck_assert_int_eq(run("sample --ckpt m.st --prompt \"$(printf 'x\\n2')\""), 1);
+    ck_assert_output("character 'x' (byte 120, at 0)");
+    ck_assert_int_eq(run("sample --ckpt m.st --prompt \"$(printf '1+\\n2')\""), 0); /* \n is in */
+    ck_assert_int_eq(run("sample --ckpt m.st --prompt \"$(printf '1+\\t2')\""), 1);
+    ck_assert_output("character '\\t' (byte 9, at 2)");
+    ck_assert(!strstr(output, "'\t'"));
+    ck_assert_int_eq(run("train --steps \"$(printf '1\\n2')\""), 2);
+    ck_assert_output("--steps: '1\\n2' is not a number");
+}
+END_TEST
+
+START_TEST(help_prints_the_usage_and_succeeds)
+{
+    static const char *const cases[] = {"--help", "-h", "help", "train --help",
+                                        "sample --help", "train --steps 3 -h"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ck_assert_msg(run(cases[i]) == 0, "gpt %s:\n%s", cases[i], output);
+        ck_assert_output("usage: gpt train");
+        ck_assert_output("--save-every");
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("example_gpt");
@@ -225,6 +573,16 @@ int main(void)
     tcase_add_test(tc, train_on_text_file_reports_validation_loss_and_samples);
     tcase_add_test(tc, bad_data_files_are_runtime_errors);
     tcase_add_test(tc, bad_command_lines_are_usage_errors);
+    tcase_add_test(tc, resume_checks_every_value_of_the_checkpoint_like_the_command_line);
+    tcase_add_test(tc, outputs_that_are_inputs_or_each_other_are_refused);
+    tcase_add_test(tc, unwritable_outputs_are_refused_before_training);
+    tcase_add_test(tc, periodic_checkpoint_of_a_killed_run_resumes_bit_for_bit);
+    tcase_add_test(tc, sigterm_saves_a_resumable_checkpoint_and_exits_143);
+    tcase_add_test(tc, data_files_too_large_or_endless_are_refused_at_once);
+    tcase_add_test(tc, sample_prints_tokens_as_they_are_made);
+    tcase_add_test(tc, training_on_far_too_little_text_warns_first);
+    tcase_add_test(tc, control_characters_of_a_prompt_are_escaped_in_messages);
+    tcase_add_test(tc, help_prints_the_usage_and_succeeds);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

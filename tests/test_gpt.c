@@ -477,6 +477,45 @@ START_TEST(greedy_generation_in_float32_matches_full_recomputation)
 }
 END_TEST
 
+/* Records the tokens it is given and asks to stop after `stop_after` of them. */
+typedef struct {
+    int64_t seen[32];
+    int count, stop_after;
+} token_log;
+
+static int log_token(int64_t token, void *ctx)
+{
+    token_log *log = ctx;
+    log->seen[log->count++] = token;
+    return log->count >= log->stop_after;
+}
+
+START_TEST(generate_each_reports_each_new_token_in_order_and_can_stop)
+{
+    tg_gpt *m = generation_model(TG_FLOAT32);
+    const int64_t prompt[] = {3, 7, 1};
+    int64_t plain[3 + 12], streamed[3 + 12] = {0};
+    tg_sample_options o = {.greedy = true};
+    ck_assert_int_eq(tg_gpt_generate(m, prompt, 3, 12, &o, NULL, plain), 0);
+    token_log log = {.stop_after = 100};
+    ck_assert_int_eq(tg_gpt_generate_each(m, prompt, 3, 12, &o, NULL, streamed, log_token, &log),
+                     0);
+    ck_assert_int_eq(log.count, 12); /* the prompt is not reported, past block_size still is */
+    for (int i = 0; i < 12; i++)
+        ck_assert_int_eq(log.seen[i], plain[3 + i]);
+    ck_assert_int_eq(memcmp(plain, streamed, sizeof plain), 0);
+    /* A nonzero return stops after that token, without an error. */
+    int64_t cut[3 + 12] = {0};
+    log = (token_log){.stop_after = 4};
+    ck_assert_int_eq(tg_gpt_generate_each(m, prompt, 3, 12, &o, NULL, cut, log_token, &log), 0);
+    ck_assert_int_eq(log.count, 4);
+    ck_assert_int_eq(memcmp(cut, plain, sizeof(int64_t) * 7), 0);
+    ck_assert_int_eq(cut[7], 0); /* nothing written past the stop */
+    ck_assert_int_eq(tg_error_code(), TG_OK);
+    tg_gpt_free(m);
+}
+END_TEST
+
 /* softmax(row / temperature) over the top_k largest, drawn by inverse CDF
  * with one uniform number: the sampling rule written out independently. */
 static int64_t reference_sample(const double *row, int64_t V, double temperature, int64_t top_k,
@@ -784,6 +823,7 @@ int main(void)
     TCase *gen = tcase_checked("generate");
     tcase_add_test(gen, greedy_with_kv_cache_equals_full_recomputation_past_block_size);
     tcase_add_test(gen, greedy_generation_in_float32_matches_full_recomputation);
+    tcase_add_test(gen, generate_each_reports_each_new_token_in_order_and_can_stop);
     tcase_add_test(gen, sampling_follows_softmax_of_scaled_logits_and_is_reproducible);
     tcase_add_test(gen, top_k_one_equals_greedy);
     tcase_add_test(gen, generate_of_zero_tokens_copies_the_prompt_and_leaves_grad_mode);

@@ -1,0 +1,342 @@
+/* Reading and writing gpt's checkpoints. A checkpoint is input like a command
+ * line: each value is checked against the range its option accepts, and the
+ * config and every parameter's shape are checked before a model is built. */
+#include "gpt_checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const gpt_range gpt_steps_range = {"--steps", 1, 10000000, true};
+const gpt_range gpt_batch_range = {"--batch", 1, 4096, true};
+const gpt_range gpt_lr_range = {"--lr", 0, 10, false};
+const gpt_range gpt_eval_every_range = {"--eval-every", 1, 10000000, true};
+
+bool gpt_in_range(const gpt_range *r, double v)
+{
+    return v >= r->lo && v <= r->hi && (!r->integer || v == floor(v));
+}
+
+void gpt_range_error(const gpt_range *r, const char *where, const char *text)
+{
+    fprintf(stderr, "gpt: %s%s: '%s' is not a number in the allowed range %.15g..%.15g\n", r->option,
+            where, text, r->lo, r->hi);
+}
+
+/* Bounds of a model this program will build from a file: a character
+ * vocabulary, and shapes no larger than a CPU run of this example could use. */
+enum { MAX_CONTEXT = 8192, MAX_LAYERS = 256, MAX_HEADS = 256, MAX_WIDTH = 16384 };
+
+__attribute__((format(printf, 2, 3))) static int bad(const char *path, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "gpt: %s is not a usable gpt checkpoint: ", path);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    return 1;
+}
+
+/* The tensor called name, of dtype and of a shape with ndim dimensions (any
+ * sizes), or NULL after printing why not. */
+static tg_tensor *find(const char *path, const tg_params *ck, const char *name, tg_dtype dtype,
+                       int ndim)
+{
+    tg_tensor *t = tg_params_find(ck, name);
+    tg_error_clear();
+    if (!t)
+        return bad(path, "it has no %s", name), NULL;
+    if (tg_dtype_of(t) != dtype || tg_ndim(t) != ndim)
+        return bad(path, "%s is %s with %d dimensions, not %s with %d", name,
+                   tg_dtype_name(tg_dtype_of(t)), tg_ndim(t), tg_dtype_name(dtype), ndim), NULL;
+    return t;
+}
+
+/* gpt.config = int64 [vocab, context, layers, heads, width] and gpt.vocab =
+ * int64 [vocab] of distinct bytes. */
+static int read_config(const char *path, const tg_params *ck, tg_gpt_config *c, gpt_vocab *v)
+{
+    tg_tensor *cfg = find(path, ck, "gpt.config", TG_INT64, 1);
+    tg_tensor *voc = cfg ? find(path, ck, "gpt.vocab", TG_INT64, 1) : NULL;
+    if (!voc)
+        return 1;
+    if (tg_size(cfg, 0) != 5)
+        return bad(path, "gpt.config has %lld values, not 5", (long long)tg_size(cfg, 0));
+    const int64_t *k = tg_data(cfg), *chars = tg_data(voc);
+    *c = (tg_gpt_config){k[0], k[1], k[2], k[3], k[4], 0.0};
+    static const char *const names[] = {"vocab", "context", "layers", "heads", "width"};
+    static const int64_t max[] = {256, MAX_CONTEXT, MAX_LAYERS, MAX_HEADS, MAX_WIDTH};
+    for (int i = 0; i < 5; i++)
+        if (k[i] < 1 || k[i] > max[i])
+            return bad(path, "gpt.config's %s = %lld is outside 1..%lld", names[i],
+                       (long long)k[i], (long long)max[i]);
+    if (c->n_embd % c->n_head)
+        return bad(path, "gpt.config's %lld heads do not divide its width %lld",
+                   (long long)c->n_head, (long long)c->n_embd);
+    if (tg_size(voc, 0) != c->vocab_size)
+        return bad(path, "gpt.vocab has %lld entries but gpt.config says vocab %lld",
+                   (long long)tg_size(voc, 0), (long long)c->vocab_size);
+    bool seen[256] = {false};
+    for (int64_t i = 0; i < c->vocab_size; i++) {
+        if (chars[i] < 0 || chars[i] > 255 || seen[chars[i]])
+            return bad(path, "gpt.vocab[%lld] = %lld is %s", (long long)i, (long long)chars[i],
+                       chars[i] < 0 || chars[i] > 255 ? "not a byte (0..255)" : "a repeat");
+        seen[chars[i]] = true;
+        v->chars[i] = (unsigned char)chars[i];
+    }
+    v->size = (int)c->vocab_size;
+    return 0;
+}
+
+/* One parameter: float, and [d0] or [d0, d1] (d1 = 0 for one dimension). */
+static int check_param(const char *path, const tg_params *ck, const char *name, int64_t d0,
+                       int64_t d1)
+{
+    tg_tensor *t = tg_params_find(ck, name);
+    tg_error_clear();
+    if (!t)
+        return bad(path, "it has no %s", name);
+    int nd = d1 ? 2 : 1;
+    bool same = tg_ndim(t) == nd && tg_size(t, 0) == d0 && (nd == 1 || tg_size(t, 1) == d1);
+    bool is_float = tg_dtype_of(t) == TG_FLOAT32 || tg_dtype_of(t) == TG_FLOAT64;
+    if (!same || !is_float) {
+        char want[48], got[96] = "";
+        snprintf(want, sizeof want, d1 ? "[%lld, %lld]" : "[%lld]", (long long)d0, (long long)d1);
+        for (int i = 0; i < tg_ndim(t) && strlen(got) < 64; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "",
+                     (long long)tg_size(t, i));
+        return bad(path, "%s is %s [%s]; gpt.config implies float %s", name,
+                   tg_dtype_name(tg_dtype_of(t)), got, want);
+    }
+    return 0;
+}
+
+/* Every parameter gpt.config implies (the names of tg_gpt_params), by shape. */
+static int check_params(const char *path, const tg_params *ck, const tg_gpt_config *c)
+{
+    int64_t d = c->n_embd;
+    if (check_param(path, ck, "transformer.wte.weight", c->vocab_size, d) ||
+        check_param(path, ck, "transformer.wpe.weight", c->block_size, d) ||
+        check_param(path, ck, "transformer.ln_f.weight", d, 0) ||
+        check_param(path, ck, "transformer.ln_f.bias", d, 0))
+        return 1;
+    static const struct {
+        const char *name;
+        int64_t out, in; /* multiples of d; in 0: a vector of out */
+    } block[] = {
+        {"ln_1.weight", 1, 0},     {"ln_1.bias", 1, 0},     {"attn.c_attn.weight", 3, 1},
+        {"attn.c_attn.bias", 3, 0}, {"attn.c_proj.weight", 1, 1}, {"attn.c_proj.bias", 1, 0},
+        {"ln_2.weight", 1, 0},     {"ln_2.bias", 1, 0},     {"mlp.c_fc.weight", 4, 1},
+        {"mlp.c_fc.bias", 4, 0},   {"mlp.c_proj.weight", 1, 4}, {"mlp.c_proj.bias", 1, 0},
+    };
+    for (int64_t l = 0; l < c->n_layer; l++)
+        for (size_t i = 0; i < sizeof block / sizeof block[0]; i++) {
+            char name[96];
+            snprintf(name, sizeof name, "transformer.h.%lld.%s", (long long)l, block[i].name);
+            if (check_param(path, ck, name, block[i].out * d, block[i].in * d))
+                return 1;
+        }
+    return 0;
+}
+
+int gpt_checkpoint_load_model(const char *path, tg_params *ck, tg_gpt **model, gpt_vocab *vocab)
+{
+    if (tg_safetensors_load(path, ck) < 0)
+        return fprintf(stderr, "gpt: cannot load %s: %s\n", path, tg_error_message()), 1;
+    tg_gpt_config config;
+    if (read_config(path, ck, &config, vocab) || check_params(path, ck, &config))
+        return 1;
+    tg_rng *rng = tg_rng_new(0);
+    *model = tg_gpt_new(&config, TG_FLOAT32, rng);
+    tg_rng_free(rng);
+    tg_params mp = {0};
+    if (!*model || tg_gpt_params(*model, &mp) < 0)
+        return fprintf(stderr, "gpt: cannot build the model of %s: %s\n", path,
+                       tg_error_message()), 1;
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < mp.count; i++) {
+        tg_tensor *src = tg_params_find(ck, mp.names[i]), *dst = mp.tensors[i];
+        bool same = src && tg_ndim(src) == tg_ndim(dst) &&
+                    !memcmp(tg_shape(src), tg_shape(dst), sizeof(int64_t) * (size_t)tg_ndim(dst));
+        rc = same ? tg_copy_to(src, TG_FLOAT32, tg_data(dst), tg_numel(dst)) : -1;
+        if (rc)
+            bad(path, "its %s does not match the model's", mp.names[i]);
+    }
+    tg_params_clear(&mp);
+    return rc ? 1 : 0;
+}
+
+int gpt_checkpoint_load_settings(const char *path, const tg_params *ck, gpt_settings *s)
+{
+    tg_tensor *t = find(path, ck, "train.settings", TG_FLOAT64, 1);
+    if (!t)
+        return 1;
+    if (tg_size(t, 0) != 5)
+        return bad(path, "train.settings has %lld values, not 5", (long long)tg_size(t, 0));
+    const double *v = tg_data(t); /* steps, batch, lr, task, eval_every */
+    static const gpt_range *const ranges[] = {&gpt_steps_range, &gpt_batch_range, &gpt_lr_range,
+                                              NULL, &gpt_eval_every_range};
+    char where[1100], text[40];
+    snprintf(where, sizeof where, " from %s", path);
+    for (int i = 0; i < 5; i++) {
+        snprintf(text, sizeof text, "%.17g", v[i]);
+        if (ranges[i] && !gpt_in_range(ranges[i], v[i]))
+            return gpt_range_error(ranges[i], where, text), 1;
+        if (!ranges[i] && v[i] != 0 && v[i] != 1)
+            return bad(path, "its task flag (train.settings[3]) is %s, not 0 or 1", text);
+    }
+    *s = (gpt_settings){(int64_t)v[0], (int64_t)v[1], (int64_t)v[4], v[2], v[3] != 0};
+    return 0;
+}
+
+int gpt_checkpoint_load_history(const char *path, const tg_params *ck, int64_t done, double *loss,
+                                double *val)
+{
+    tg_tensor *t = find(path, ck, "train.history", TG_FLOAT64, 2);
+    if (!t)
+        return 1;
+    int64_t rows = done > 0 ? done : 1;
+    if (tg_size(t, 0) != rows || tg_size(t, 1) != 2)
+        return bad(path, "train.history is [%lld, %lld], not [%lld, 2] for %lld steps done",
+                   (long long)tg_size(t, 0), (long long)tg_size(t, 1), (long long)rows,
+                   (long long)done);
+    const double *h = tg_data(t); /* per step: loss, validation loss or NAN */
+    for (int64_t i = 0; i < done; i++) {
+        if (!(h[2 * i] >= 0 && h[2 * i] < INFINITY) ||
+            !(isnan(h[2 * i + 1]) || (h[2 * i + 1] >= 0 && h[2 * i + 1] < INFINITY)))
+            return bad(path, "train.history's step %lld holds losses %g and %g", (long long)i + 1,
+                       h[2 * i], h[2 * i + 1]);
+        loss[i] = h[2 * i];
+        val[i] = h[2 * i + 1];
+    }
+    return 0;
+}
+
+static int add_owned(tg_params *ps, const char *name, tg_tensor *t)
+{
+    int rc = t ? tg_params_add(ps, NULL, name, t) : -1;
+    tg_release(t);
+    return rc;
+}
+
+int gpt_checkpoint_save(const char *path, const gpt_run *run)
+{
+    const tg_gpt_config *c = tg_gpt_config_of(run->model);
+    int64_t cfg[5] = {c->vocab_size, c->block_size, c->n_layer, c->n_head, c->n_embd};
+    int64_t vocab[256];
+    for (int i = 0; i < run->vocab->size; i++)
+        vocab[i] = run->vocab->chars[i];
+    const gpt_settings *s = &run->settings;
+    double settings[5] = {(double)s->steps, (double)s->batch, s->lr, s->task,
+                          (double)s->eval_every};
+    int64_t n = run->step > 0 ? run->step : 1;
+    tg_tensor *hist = tg_zeros(TG_FLOAT64, 2, (int64_t[]){n, 2});
+    double *h = hist ? tg_data(hist) : NULL;
+    for (int64_t i = 0; h && i < n; i++) {
+        h[2 * i] = i < run->step ? run->loss[i] : NAN;
+        h[2 * i + 1] = i < run->step ? run->val[i] : NAN;
+    }
+    tg_params ps = {0};
+    int rc = 0;
+    for (int i = 0; i < run->params->count; i++)
+        rc |= tg_params_add(&ps, NULL, run->params->names[i], run->params->tensors[i]);
+    rc |= tg_optim_state(run->opt, &ps);
+    rc |= add_owned(&ps, "gpt.config", tg_from_data(TG_INT64, 1, (int64_t[]){5}, cfg));
+    rc |= add_owned(&ps, "gpt.vocab",
+                    tg_from_data(TG_INT64, 1, (int64_t[]){run->vocab->size}, vocab));
+    rc |= add_owned(&ps, "train.settings", tg_from_data(TG_FLOAT64, 1, (int64_t[]){5}, settings));
+    rc |= add_owned(&ps, "train.history", hist);
+    rc |= add_owned(&ps, "train.rng_data", tg_rng_state_tensor(run->data_rng));
+    rc |= add_owned(&ps, "train.rng_dropout", tg_rng_state_tensor(tg_gpt_rng(run->model)));
+    char meta[160];
+    snprintf(meta, sizeof meta, "vocab %lld, context %lld, %lld layers, %lld heads, d %lld",
+             (long long)cfg[0], (long long)cfg[1], (long long)cfg[2], (long long)cfg[3],
+             (long long)cfg[4]);
+    if (rc == 0)
+        rc = tg_safetensors_save(path, &ps, 1, (const char *[]){"gpt"}, (const char *[]){meta});
+    tg_params_clear(&ps);
+    if (rc)
+        fprintf(stderr, "gpt: cannot save %s: %s\n", path, tg_error_message());
+    return rc ? 1 : 0;
+}
+
+/* ---- the files a run writes ---- */
+
+/* The path path names with symlinks followed: realpath for a file that
+ * exists; else its directory's real path and its name (a dangling symlink
+ * is followed to the file it would create, as a save does). false if even
+ * the directory does not resolve. */
+static bool resolve(const char *path, char out[PATH_MAX])
+{
+    char cur[PATH_MAX], link[PATH_MAX];
+    snprintf(cur, sizeof cur, "%s", path);
+    for (int hops = 0; hops < 40 && !realpath(cur, out); hops++) {
+        ssize_t n = readlink(cur, link, sizeof link - 1);
+        if (n < 0) { /* no such file yet: resolve its directory */
+            char *slash = strrchr(cur, '/');
+            const char *name = slash ? slash + 1 : cur;
+            if (slash == cur)
+                snprintf(link, sizeof link, "/");
+            else
+                snprintf(link, sizeof link, "%.*s", slash ? (int)(slash - cur) : 1,
+                         slash ? cur : ".");
+            if (!*name || !realpath(link, out) || strlen(out) + strlen(name) + 2 > PATH_MAX)
+                return false;
+            strcat(strcmp(out, "/") ? strcat(out, "/") : out, name);
+            return true;
+        }
+        link[n] = '\0';
+        char *slash = strrchr(cur, '/');
+        if (link[0] != '/' && slash) /* relative to the link's directory */
+            snprintf(slash + 1, sizeof cur - (size_t)(slash + 1 - cur), "%s", link);
+        else
+            snprintf(cur, sizeof cur, "%s", link);
+    }
+    return true;
+}
+
+bool gpt_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    bool ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+    if (ea || eb)
+        return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char ra[PATH_MAX], rb[PATH_MAX];
+    return resolve(a, ra) && resolve(b, rb) && !strcmp(ra, rb);
+}
+
+/* Finds out now, not after training, whether the picture can be written
+ * (fopen, not a checkpoint save): a directory or an unwritable file is
+ * refused, and a temporary file is created and removed beside the file path
+ * resolves to. 0, or 1 after saying why not. */
+int gpt_probe_writable(const char *option, const char *path)
+{
+    char target[PATH_MAX], probe[PATH_MAX + 32];
+    struct stat st;
+    const char *problem = NULL;
+    if (!*path || !resolve(path, target))
+        problem = "its directory does not exist";
+    else if (stat(target, &st) == 0 && S_ISDIR(st.st_mode))
+        problem = "it is a directory";
+    else if (access(target, F_OK) == 0 && access(target, W_OK) != 0)
+        problem = strerror(errno);
+    else {
+        snprintf(probe, sizeof probe, "%s.probe.%ld", target, (long)getpid());
+        int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        if (fd < 0)
+            problem = strerror(errno);
+        else
+            close(fd), unlink(probe);
+    }
+    if (problem)
+        fprintf(stderr, "gpt: cannot write %s %s: %s\n", option, path, problem);
+    return problem ? 1 : 0;
+}
