@@ -100,7 +100,7 @@ void tg_release_cached_memory(void);
  * intermediate: between tg_scope_begin() and tg_scope_end() every tensor a
  * function returns is also recorded in the scope, and the scope releases that
  * reference when it ends. So inside a scope you release nothing you did not
- *  tg_retain yourself. Scopes nest to any depth and are per thread.
+ * tg_retain yourself. Scopes nest to any depth and are per thread.
  *
  *   tg_scope_begin();
  *   tg_tensor *h = tg_relu(tg_matmul(x, w));   // no releases needed
