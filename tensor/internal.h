@@ -21,6 +21,10 @@ typedef struct tg_storage {
      * it was allocated (NULL: the C library's free). */
     void (*free_fn)(void *ptr, void *user);
     void *free_user;
+    /* Counts writes the user can see coming (tg_data, optimizer steps, ...):
+     * a graph node notes it for what it keeps, and backward refuses data
+     * changed since. Views share it, as they share the storage. */
+    uint64_t version;
 } tg_storage;
 
 struct tg_node; /* autograd/graph.h */
@@ -106,6 +110,19 @@ tg_tensor *tg__convert(const tg_tensor *t, tg_dtype dtype);
 static inline size_t tg__elem_size(tg_dtype dtype)
 {
     return dtype == TG_BOOL ? 1 : dtype == TG_FLOAT32 ? 4 : 8;
+}
+/* Marks t's storage (and so every view of it) as written in place: call it
+ * wherever the library writes into a tensor the user holds or hands out
+ * mutable access to one, never for outputs it is still filling. */
+static inline void tg__bump_version(const tg_tensor *t)
+{
+    if (t && t->storage)
+        t->storage->version++;
+}
+/* The version of t's storage; 0 for a husk, which has none. */
+static inline uint64_t tg__version(const tg_tensor *t)
+{
+    return t && t->storage ? t->storage->version : 0;
 }
 /* Pointer to t's first element (at its offset), whatever its layout. */
 static inline void *tg__ptr(const tg_tensor *t)

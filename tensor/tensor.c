@@ -240,6 +240,7 @@ static tg_storage *storage_new(size_t nbytes, bool zero)
         s->refcount = 0;
         s->nbytes = nbytes;
         s->next_free = NULL;
+        s->version = 0;
         if (zero)
             memset(s->data, 0, nbytes);
         return s;
@@ -723,13 +724,27 @@ double tg_get(const tg_tensor *t, const int64_t *index)
     return read_element(t, off);
 }
 
+static void *data_of(const char *fn, const tg_tensor *t)
+{
+    if (!tg_is_contiguous(t))
+        return tg__fail(TG_ERR_STATE, "%s: tensor of shape %s is not contiguous", fn,
+                        TG_SHAPE_STR(t));
+    return tg__ptr(t);
+}
+
 void *tg_data(const tg_tensor *t)
 {
     NULL_GUARD(t, NULL);
-    if (!tg_is_contiguous(t))
-        return tg__fail(TG_ERR_STATE, "%s: tensor of shape %s is not contiguous", __func__,
-                        TG_SHAPE_STR(t));
-    return tg__ptr(t);
+    void *p = data_of(__func__, t);
+    if (p) /* the caller may write: a graph that kept t must know */
+        tg__bump_version(t);
+    return p;
+}
+
+const void *tg_data_const(const tg_tensor *t)
+{
+    NULL_GUARD(t, NULL);
+    return data_of(__func__, t);
 }
 
 int tg_copy_to(const tg_tensor *t, tg_dtype dtype, void *out, int64_t capacity)

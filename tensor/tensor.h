@@ -180,8 +180,14 @@ double tg_item(const tg_tensor *t);
 double tg_get(const tg_tensor *t, const int64_t *index);
 /* Pointer to t's first element. Only for contiguous tensors (check
  * tg_is_contiguous, or call tg_contiguous first); NULL otherwise. Writing
- * through it changes every view of the same storage. */
+ * through it changes every view of the same storage.
+ * tg_data counts as a write: it bumps the version of t's storage (shared by
+ * its views), and a backward that needs t's values as they were when an op
+ * used them then fails with TG_ERR_STATE rather than compute a wrong
+ * gradient. Fill a tensor before using it, or read through tg_data_const,
+ * which changes nothing. */
 void *tg_data(const tg_tensor *t);
+const void *tg_data_const(const tg_tensor *t);
 /* Copies t's elements, in row-major order, into out as `dtype`; returns 0,
  * or -1 if the buffer (capacity elements) is too small. */
 int tg_copy_to(const tg_tensor *t, tg_dtype dtype, void *out, int64_t capacity);
