@@ -75,7 +75,9 @@ void tg_scope_begin(void)
 
 int tg_scope_depth(void) { return stack.depth; }
 
-static int pop_scope(const char *fn)
+/* Ends the innermost scope for fn; site says where fn was called from, for
+ * checked mode's account of where each tensor was released. */
+static int pop_scope(const char *fn, const tg__site *site)
 {
     if (stack.depth == 0) {
         tg__fail(TG_ERR_STATE, "%s: no scope is open", fn);
@@ -89,7 +91,7 @@ static int pop_scope(const char *fn)
     }
     int64_t start = *start_of(level);
     while (stack.count > start)
-        tg_release(stack.items[--stack.count]);
+        tg__release_at_site(stack.items[--stack.count], site);
     if (stack.depth == 0 && stack.more) { /* deep nesting is rare: let it go */
         free(stack.more);
         stack.more = NULL;
@@ -108,12 +110,18 @@ static int pop_scope(const char *fn)
     return 0;
 }
 
-int tg_scope_end(void) { return pop_scope(__func__); }
+int tg_scope_end(void)
+{
+    return pop_scope(__func__, &(tg__site){.addr = __builtin_return_address(0),
+                                           .how = "the end of a scope, tg_scope_end called from "});
+}
 
 tg_tensor *tg_scope_end_keep(tg_tensor *t)
 {
     tg_retain(t);
-    if (pop_scope(__func__) < 0) {
+    tg__site site = {.addr = __builtin_return_address(0),
+                     .how = "the end of a scope, tg_scope_end_keep called from "};
+    if (pop_scope(__func__, &site) < 0) {
         tg_release(t);
         return NULL;
     }

@@ -484,14 +484,25 @@ tg_tensor *tg__alias(const tg_tensor *t)
 tg_tensor *tg_retain(const tg_tensor *t)
 {
     tg_tensor *m = (tg_tensor *)t;
+    if (m && m->refcount <= 0) {
+        tg__report_released(__func__, "tensor", m,
+                            &(tg__site){.addr = __builtin_return_address(0)});
+        return NULL;
+    }
     if (m)
         m->refcount++;
     return m;
 }
 
-void tg_release(tg_tensor *t)
+void tg__release_at_site(tg_tensor *t, const tg__site *site)
 {
-    if (!t || --t->refcount > 0)
+    if (!t)
+        return;
+    if (t->refcount <= 0) { /* released before: the count must not go lower */
+        tg__report_released("tg_release", "tensor", t, site);
+        return;
+    }
+    if (--t->refcount > 0)
         return;
     if (t->node)
         tg__node_release(t->node);
@@ -499,7 +510,22 @@ void tg_release(tg_tensor *t)
     if (t->storage && --t->storage->refcount == 0) /* a husk has none */
         storage_free(t->storage);
     atomic_fetch_sub(&live_tensors, 1);
-    tg__small_free(t, sizeof *t);
+    if (tg__checked_on)
+        tg__quarantine(t, site);
+    else
+        tg__small_free(t, sizeof *t);
+}
+
+#undef tg_release /* tensor.h's checked-mode macro, should the build define it */
+void tg_release(tg_tensor *t)
+{
+    tg__release_at_site(t, &(tg__site){.addr = __builtin_return_address(0)});
+}
+
+void tg_release_at(tg_tensor *t, const char *file, int line)
+{
+    tg__release_at_site(t, &(tg__site){.addr = __builtin_return_address(0), .file = file,
+                                       .line = line});
 }
 
 bool tg_is_contiguous(const tg_tensor *t)
@@ -632,6 +658,11 @@ tg_tensor *tg__contiguous(const tg_tensor *t)
     do {                                                                      \
         if (!(t)) {                                                           \
             tg__fail(TG_ERR_NULL, "%s: tensor is NULL", __func__);            \
+            return value;                                                     \
+        }                                                                     \
+        if (TG__DEAD(t)) {                                                    \
+            tg__report_released(__func__, "tensor", (const void *)(t),        \
+                                &(tg__site){.addr = __builtin_return_address(0)}); \
             return value;                                                     \
         }                                                                     \
     } while (0)

@@ -74,6 +74,31 @@ void tg_release(tg_tensor *t);
 /* Tensors alive in the process: tests assert it returns to its old value. */
 int64_t tg_live_tensors(void);
 
+/* ---- checked mode ------------------------------------------------------- */
+/* Releasing a tensor twice, or using one after its last reference (or its
+ * scope) went, is a bug that normally reads or corrupts freed memory. In
+ * checked mode the library catches it: a released tensor header is kept,
+ * poisoned, in a quarantine of the last 65536 released (about 11 MB) rather
+ * than reused, and a later tg_release, tg_retain, accessor or op on it
+ * fails with TG_ERR_STATE and also prints the message to stderr:
+ *   tensorgrad: tg_release: tensor already released (called from
+ *     ./app+0x1a2b; released before at ./app+0x19f0)
+ *   tensorgrad: tg_matmul: input a was already released (called from ...;
+ *     released before at the end of a scope, tg_scope_end called from ...)
+ * Call sites are module+offset (give them to `addr2line -e module offset`),
+ * or file:line for releases in code compiled with -DTG_CHECKED, which makes
+ * tg_release a macro over tg_release_at. The live count is never
+ * decremented twice.
+ * Checked mode is on when the environment has TG_CHECKED=1 as the library
+ * loads (TG_CHECKED=0 turns it off), or by default in a library configured
+ * with -Dchecked=true. Without it a second release is still refused while
+ * the header has not been reused, but nothing is printed. */
+bool tg_checked(void);
+void tg_release_at(tg_tensor *t, const char *file, int line);
+#ifdef TG_CHECKED
+#define tg_release(t) tg_release_at((t), __FILE__, __LINE__)
+#endif
+
 /* ---- memory ------------------------------------------------------------ */
 /* Tensor storage (the elements, not the small headers) comes from this
  * allocator: alloc(size, user) returns size bytes (size > 0) or NULL, and
