@@ -44,7 +44,12 @@ static void ring_unlock(void) { atomic_flag_clear_explicit(&ring_busy, memory_or
 
 void tg__quarantine(tg_tensor *t, const tg__site *site)
 {
-    *t = (tg_tensor){.refcount = TG__RELEASED, .ndim = t->ndim, .dtype = t->dtype};
+    /* what it held is gone; its shape and dtype stay for the reports */
+    t->refcount = TG__RELEASED;
+    t->storage = NULL;
+    t->grad = NULL;
+    t->node = NULL;
+    t->requires_grad = false;
     tg_tensor *evicted = NULL;
     ring_lock();
     if (!ring)

@@ -361,6 +361,13 @@ int tg__wrap_dim(const char *fn, int dim, int ndim)
 
 int tg__check_float(const char *fn, const tg_tensor *t)
 {
+    if (t->refcount <= 0) { /* the ops' common check: refuse a released input too */
+        char what[128];
+        snprintf(what, sizeof what, "an input (%s %s) was", tg_dtype_name(t->dtype),
+                 TG_SHAPE_STR(t));
+        tg__report_released(fn, what, t, &(tg__site){.addr = __builtin_return_address(0)});
+        return -1;
+    }
     if (tg__is_float(t->dtype))
         return 0;
     tg__fail(TG_ERR_DTYPE, "%s: expected float32 or float64, got %s", fn, tg_dtype_name(t->dtype));
