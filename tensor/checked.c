@@ -29,8 +29,12 @@ enum { QUARANTINE = 1 << 16 };
 typedef struct {
     tg_tensor *t;
     tg__site site;
+    int ndim; /* what it was, for the reports */
+    int64_t shape[TG_MAX_DIMS];
 } held;
 static held *ring;
+static _Alignas(16) unsigned char poison_bytes[16];
+static tg_storage poison = {.refcount = INT64_MAX / 2, .data = poison_bytes};
 static int64_t ring_next;
 static atomic_flag ring_busy = ATOMIC_FLAG_INIT;
 
@@ -44,9 +48,15 @@ static void ring_unlock(void) { atomic_flag_clear_explicit(&ring_busy, memory_or
 
 void tg__quarantine(tg_tensor *t, const tg__site *site)
 {
-    /* what it held is gone; its shape and dtype stay for the reports */
+    held keep = {t, *site, t->ndim, {0}};
+    memcpy(keep.shape, t->shape, sizeof keep.shape);
+    /* What it held is gone. An op that does not check its inputs (only
+     * their shapes, say) reads it as a 0-dim tensor over a few spare bytes
+     * that nothing frees, rather than memory that went back to the system. */
     t->refcount = TG__RELEASED;
-    t->storage = NULL;
+    t->storage = &poison;
+    t->ndim = 0;
+    t->offset = 0;
     t->grad = NULL;
     t->node = NULL;
     t->requires_grad = false;
@@ -57,7 +67,7 @@ void tg__quarantine(tg_tensor *t, const tg__site *site)
     if (ring) {
         held *h = &ring[ring_next++ % QUARANTINE];
         evicted = h->t;
-        *h = (held){t, *site};
+        *h = keep;
     } else {
         evicted = t; /* no room to keep it: it is freed after all */
     }
@@ -87,32 +97,40 @@ static const char *site_str(char *buf, size_t size, const tg__site *s)
     return buf;
 }
 
-/* Where t was released, when the quarantine still holds it. */
-static bool released_at(const tg_tensor *t, tg__site *site)
+/* Where t was released and what it was, when the quarantine still holds it. */
+static bool released_at(const tg_tensor *t, held *found)
 {
-    bool found = false;
+    bool hit = false;
     ring_lock();
-    for (int64_t i = 0; ring && i < QUARANTINE && !found; i++) {
+    for (int64_t i = 0; ring && i < QUARANTINE && !hit; i++) {
         if (ring[i].t == t) {
-            *site = ring[i].site;
-            found = true;
+            *found = ring[i];
+            hit = true;
         }
     }
     ring_unlock();
-    return found;
+    return hit;
 }
 
 void tg__report_released(const char *fn, const char *what, const tg_tensor *t,
                          const tg__site *now)
 {
-    char here[320], before[320] = "", message[720];
-    tg__site was;
-    if (released_at(t, &was)) {
+    char here[320], before[320] = "", message[800], input[128] = "an input was";
+    held was;
+    bool known = released_at(t, &was);
+    if (known) {
         char at[320];
-        snprintf(before, sizeof before, "; released before at %s", site_str(at, sizeof at, &was));
+        snprintf(before, sizeof before, "; released before at %s",
+                 site_str(at, sizeof at, &was.site));
+        if (!what)
+            snprintf(input, sizeof input, "an input (%s %s) was", tg_dtype_name(t->dtype),
+                     tg__shape_str((char[96]){0}, 96, was.ndim, was.shape));
+    } else if (!what) { /* checked mode off: past its first word the header is as it was */
+        snprintf(input, sizeof input, "an input (%s %s) was", tg_dtype_name(t->dtype),
+                 TG_SHAPE_STR(t));
     }
-    snprintf(message, sizeof message, "%s: %s already released (called from %s%s)", fn, what,
-             site_str(here, sizeof here, now), before);
+    snprintf(message, sizeof message, "%s: %s already released (called from %s%s)", fn,
+             what ? what : input, site_str(here, sizeof here, now), before);
     if (tg__checked_on) /* the caller may not look at the error */
         fprintf(stderr, "tensorgrad: %s\n", message);
     tg__fail(TG_ERR_STATE, "%s", message);

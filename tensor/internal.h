@@ -99,7 +99,8 @@ typedef struct {
 /* Keeps a header whose last reference went, poisoned. */
 void tg__quarantine(tg_tensor *t, const tg__site *site);
 /* Records TG_ERR_STATE "fn: what already released (called from ...; released
- * before at ...)", also on stderr in checked mode. */
+ * before at ...)", also on stderr in checked mode. what NULL: "an input
+ * (dtype shape) was". */
 void tg__report_released(const char *fn, const char *what, const tg_tensor *t,
                          const tg__site *now);
 /* Drops a reference on behalf of a call made at site. */

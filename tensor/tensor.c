@@ -362,10 +362,7 @@ int tg__wrap_dim(const char *fn, int dim, int ndim)
 int tg__check_float(const char *fn, const tg_tensor *t)
 {
     if (t->refcount <= 0) { /* the ops' common check: refuse a released input too */
-        char what[128];
-        snprintf(what, sizeof what, "an input (%s %s) was", tg_dtype_name(t->dtype),
-                 TG_SHAPE_STR(t));
-        tg__report_released(fn, what, t, &(tg__site){.addr = __builtin_return_address(0)});
+        tg__report_released(fn, NULL, t, &(tg__site){.addr = __builtin_return_address(0)});
         return -1;
     }
     if (tg__is_float(t->dtype))

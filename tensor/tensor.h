@@ -83,12 +83,15 @@ int64_t tg_live_tensors(void);
  * fails with TG_ERR_STATE and also prints the message to stderr:
  *   tensorgrad: tg_release: tensor already released (called from
  *     ./app+0x1a2b; released before at ./app+0x19f0)
- *   tensorgrad: tg_matmul: input a was already released (called from ...;
- *     released before at the end of a scope, tg_scope_end called from ...)
+ *   tensorgrad: tg_reshape: input x was already released (called from
+ *     ./app+0x1c52; released before at the end of a scope, tg_scope_end
+ *     called from ./app+0x1c40)
  * Call sites are module+offset (give them to `addr2line -e module offset`),
  * or file:line for releases in code compiled with -DTG_CHECKED, which makes
- * tg_release a macro over tg_release_at. The live count is never
- * decremented twice.
+ * tg_release a macro over tg_release_at. An op may find a released input
+ * in a check shared by many ops, and then names the input by its dtype and
+ * shape and the call site by an address within the library. The live count
+ * is never decremented twice.
  * Checked mode is on when the environment has TG_CHECKED=1 as the library
  * loads (TG_CHECKED=0 turns it off), or by default in a library configured
  * with -Dchecked=true. Without it a second release is still refused while
