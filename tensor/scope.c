@@ -118,14 +118,14 @@ int tg_scope_end(void)
 
 tg_tensor *tg_scope_end_keep(tg_tensor *t)
 {
-    tg_retain(t);
+    tg_tensor *kept = tg_retain(t); /* NULL, and an error, when t was released */
     tg__site site = {.addr = __builtin_return_address(0),
                      .how = "the end of a scope, tg_scope_end_keep called from "};
     if (pop_scope(__func__, &site) < 0) {
-        tg_release(t);
+        tg_release(kept);
         return NULL;
     }
-    return tg__ret(t);
+    return tg__ret(kept);
 }
 
 tg_tensor *tg__ret(tg_tensor *t)

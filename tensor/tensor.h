@@ -78,7 +78,7 @@ int64_t tg_live_tensors(void);
 /* Releasing a tensor twice, or using one after its last reference (or its
  * scope) went, is a bug that normally reads or corrupts freed memory. In
  * checked mode the library catches it: a released tensor header is kept,
- * poisoned, in a quarantine of the last 65536 released (about 11 MB) rather
+ * poisoned, in a quarantine of the last 65536 released (about 24 MB) rather
  * than reused, and a later tg_release, tg_retain, accessor or op on it
  * fails with TG_ERR_STATE and also prints the message to stderr:
  *   tensorgrad: tg_release: tensor already released (called from

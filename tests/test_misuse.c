@@ -260,6 +260,11 @@ START_TEST(using_a_tensor_after_its_scope_ended_is_reported)
     ck_assert_msg(strstr(tg_error_message(), "tg_reshape: input x was already released"), "%s",
                   tg_error_message());
     tg_error_clear();
+    tg_scope_begin();
+    ck_assert_ptr_null(tg_scope_end_keep(a)); /* not handed on to be released again */
+    ck_assert_msg(strstr(tg_error_message(), "tg_retain: tensor already released"), "%s",
+                  tg_error_message());
+    tg_error_clear();
     ck_assert_ptr_null(tg_data_const(a));
     ck_assert_ptr_null(tg_retain(a));
     ck_assert_ptr_nonnull(strstr(tg_error_message(), "tg_data_const: tensor already released"));
