@@ -53,13 +53,19 @@ bool tg_is_leaf(const tg_tensor *t);
  * holds for you, as for every returned tensor), or NULL without an error
  * when backward has not reached it yet. */
 tg_tensor *tg_grad(const tg_tensor *t);
-/* Forgets t's gradient, so the next backward starts from zero. */
+/* Forgets t's gradient, so the next backward starts from zero. It drops the
+ * gradient tensor rather than writing zeros into it, so a reference you hold
+ * keeps its values. */
 void tg_zero_grad(tg_tensor *t);
 
 /* Backpropagates from root: grad_output has root's shape and dtype, or is NULL
  * when root holds one element (then it is 1). Gradients *add* into the .grad
  * of every leaf that requires grad; the graph behind root is freed, and a
- * second backward through it is TG_ERR_STATE. 0, or -1 on error. */
+ * second backward through it is TG_ERR_STATE. So is a tensor an op kept for
+ * its gradient that was written in place after the op ran (through tg_data,
+ * by an optimizer step...): "tg_backward: a tensor needed for the gradient of
+ * mul (saved as input 0, shape [3]) was modified in place after it was used
+ * (version 0, now 1)". 0, or -1 on error. */
 int tg_backward(tg_tensor *root, const tg_tensor *grad_output);
 
 /* Grad mode is per thread and on by default. While it is off, ops record

@@ -177,6 +177,23 @@ static bool anomalous_gradient(const tg_node *node, int i, const tg_tensor *g)
     return true;
 }
 
+/* True, with the error recorded, when an op was given a released tensor
+ * that its own checks let through (an optional mask, say): in checked mode
+ * the op then ran on a stand-in that is safe to read, and its result goes. */
+static bool released_input(tg_op op, int n, const tg_tensor *const *inputs)
+{
+    for (int i = 0; i < n; i++) {
+        if (inputs[i] && inputs[i]->refcount <= 0) {
+            char who[64];
+            snprintf(who, sizeof who, "tg_%s", tg_op_name(op));
+            tg__report_released(who, NULL, inputs[i],
+                                &(tg__site){.addr = __builtin_return_address(0)});
+            return true;
+        }
+    }
+    return false;
+}
+
 /* ---- leaves --------------------------------------------------------------- */
 
 int tg_set_requires_grad(tg_tensor *t, bool requires_grad)
@@ -252,7 +269,7 @@ static bool reads_input_data(tg_op op)
 
 static size_t node_size(int n)
 {
-    return sizeof(tg_node) + (size_t)n * (sizeof(tg_tensor *) + sizeof(bool));
+    return sizeof(tg_node) + (size_t)n * (sizeof(tg_tensor *) + sizeof(uint64_t) + sizeof(bool));
 }
 
 tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
@@ -267,13 +284,17 @@ tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
         return NULL;
     }
     tg__take_nomem(); /* a failure the op got over is not ours to name */
+    if (released_input(op, n, inputs)) {
+        tg_release(out);
+        return NULL;
+    }
     if (anomaly_on && anomalous_output(out, op, n, inputs)) {
         tg_release(out);
         return NULL;
     }
     if (!tg__needs_grad(n, inputs))
         return tg__ret(out);
-    /* One allocation: the node, then its inputs[n] and needs[n]. */
+    /* One allocation: the node, then its inputs[n], versions[n] and needs[n]. */
     tg_node *node = tg__small_alloc(node_size(n));
     if (!node) {
         tg_release(out);
@@ -286,14 +307,17 @@ tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
     node->backward = backward;
     node->n_inputs = n;
     tg_tensor **in = (tg_tensor **)(node + 1);
-    bool *needs = (bool *)(in + n);
+    uint64_t *versions = (uint64_t *)(in + n);
+    bool *needs = (bool *)(versions + n);
     node->inputs = in;
+    node->input_versions = versions;
     node->needs = needs;
     bool husks = !reads_input_data(op);
     for (int i = 0; i < n; i++) {
         /* a leaf stays whole: its .grad is where backward accumulates */
         tg_tensor *h = husks && inputs[i] && inputs[i]->node ? tg__husk(inputs[i]) : NULL;
         in[i] = h ? h : tg_retain(inputs[i]);
+        versions[i] = tg__version(in[i]);
         needs[i] = inputs[i] && inputs[i]->requires_grad;
     }
     node->out_ndim = out->ndim;
@@ -312,6 +336,7 @@ void tg__save(tg_node *node, int slot, tg_tensor *t)
         return;
     tg_release(node->saved[slot]);
     node->saved[slot] = tg_retain(t);
+    node->saved_versions[slot] = tg__version(t);
 }
 
 /* Drops what the node holds for backward; the node itself stays, marked
@@ -325,6 +350,7 @@ static void free_links(tg_node *node)
         node->saved[i] = NULL;
     }
     node->inputs = NULL; /* the arrays live in the node's own allocation */
+    node->input_versions = NULL;
     node->needs = NULL;
     node->n_inputs = 0;
     tg_release(node->grad);
@@ -460,6 +486,7 @@ static int accumulate(tg_tensor *input, tg_tensor *g)
             return input->grad ? 0 : -1;
         }
         tg__add_into(input->grad, g);
+        tg__bump_version(input->grad); /* the user may hold it (tg_grad) */
         return 0;
     }
     tg_node *node = input->node;
@@ -540,8 +567,37 @@ static tg_tensor *fit_gradient(const tg_node *node, int i, tg_tensor *g)
     return same ? g : tg__sum_to(g, input->ndim, input->shape);
 }
 
+/* Fails when t, which the node kept as what (input or saved slot) i at
+ * version kept, has been written in place since. */
+static int check_version(const tg_node *node, const tg_tensor *t, const char *what, int i,
+                         uint64_t kept)
+{
+    if (!t || tg__version(t) == kept)
+        return 0;
+    tg__fail(TG_ERR_STATE, "tg_backward: a tensor needed for the gradient of %s (saved as %s "
+                           "%d, shape %s) was modified in place after it was used (version "
+                           "%llu, now %llu)", tg_op_name(node->op), what, i, TG_SHAPE_STR(t),
+             (unsigned long long)kept, (unsigned long long)tg__version(t));
+    return -1;
+}
+
+/* The data node's backward reads is as the op saw it: a compare per tensor. */
+static int check_versions(const tg_node *node)
+{
+    if (reads_input_data(node->op)) /* otherwise only the inputs' shapes matter */
+        for (int i = 0; i < node->n_inputs; i++)
+            if (check_version(node, node->inputs[i], "input", i, node->input_versions[i]) < 0)
+                return -1;
+    for (int i = 0; i < TG_NODE_SAVED; i++)
+        if (check_version(node, node->saved[i], "saved tensor", i, node->saved_versions[i]) < 0)
+            return -1;
+    return 0;
+}
+
 static int run_node(tg_node *node)
 {
+    if (check_versions(node) < 0)
+        return -1;
     tg_tensor *grads[64] = {0};
     tg_tensor **gs = node->n_inputs <= 64 ? grads : calloc((size_t)node->n_inputs, sizeof *gs);
     if (!gs) {
@@ -568,6 +624,8 @@ static int run_node(tg_node *node)
             continue;
         if (gs[i] == TG_GRAD_ADDED) { /* the backward added it in place */
             const tg_tensor *in = node->inputs[i];
+            if (!in->node)
+                tg__bump_version(in->grad);
             if (anomaly && anomalous_gradient(node, i, in->node ? in->node->grad : in->grad))
                 rc = -1;
             continue;

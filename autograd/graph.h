@@ -30,6 +30,10 @@ struct tg_node {
     tg_tensor **inputs;  /* retained: the op's operands */
     bool *needs;         /* needs[i]: inputs[i] requires grad */
     tg_tensor *saved[TG_NODE_SAVED]; /* retained: whatever else backward needs */
+    /* The storage versions of inputs[] and saved[] when the op kept them:
+     * backward refuses to run on data written in place since. */
+    uint64_t *input_versions;
+    uint64_t saved_versions[TG_NODE_SAVED];
     double args[TG_NODE_ARGS];       /* scalar arguments (p, eps, exponent...) */
     int64_t iargs[TG_NODE_IARGS];    /* integer arguments (dims, perm...) */
     /* the output's geometry, to check upstream gradients */
@@ -54,9 +58,10 @@ bool tg__needs_grad(int n, const tg_tensor *const *inputs);
 tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
                       const tg_tensor *const *inputs, tg_node **node);
 
-/* Keeps t (retained) for backward in node->saved[slot]. Save the op's own
- * output with tg__alias(out), never out itself: out -> node -> out would be a
- * cycle that is never freed. */
+/* Keeps t (retained) for backward in node->saved[slot], with its version:
+ * backward fails if t's data is written in place (tg_data, an optimizer
+ * step) before it runs. Save the op's own output with tg__alias(out), never
+ * out itself: out -> node -> out would be a cycle that is never freed. */
 void tg__save(tg_node *node, int slot, tg_tensor *t);
 
 /* For a backward that adds its gradient for input i in place rather than

@@ -409,6 +409,9 @@ int tg_optim_step(tg_optim *opt)
     for (int i = 0; i < opt->n; i++)
         if (opt->slots[i].param->grad && !flat_adam(opt, &opt->slots[i]))
             update_slot(opt, &opt->slots[i]);
+    for (int i = 0; i < opt->n; i++) /* a graph that read them must not run backward now */
+        if (opt->slots[i].param->grad)
+            tg__bump_version(opt->slots[i].param);
     opt->steps++;
     tg_set_grad_enabled(was);
     return 0;
@@ -678,6 +681,7 @@ static void grad_scale(tg_tensor *g, double coef)
     if (!it.len)
         return;
     float cf = (float)coef;
+    tg__bump_version(g);
     do {
         for (int64_t j = 0; j < it.len; j++) {
             int64_t k = it.off[0] + j * it.inner[0];

@@ -21,6 +21,10 @@ typedef struct tg_storage {
      * it was allocated (NULL: the C library's free). */
     void (*free_fn)(void *ptr, void *user);
     void *free_user;
+    /* Counts writes the user can see coming (tg_data, optimizer steps, ...):
+     * a graph node notes it for what it keeps, and backward refuses data
+     * changed since. Views share it, as they share the storage. */
+    uint64_t version;
 } tg_storage;
 
 struct tg_node; /* autograd/graph.h */
@@ -29,8 +33,10 @@ void tg__node_retain(struct tg_node *node);
 void tg__node_release(struct tg_node *node);
 
 struct tg_tensor {
-    int64_t refcount;
+    /* Not the first word: a freed header's first word links the free list,
+     * and a refcount left at 0 there lets a second release be refused. */
     tg_storage *storage;
+    int64_t refcount; /* <= 0: released (TG__RELEASED in checked mode) */
     int64_t offset; /* in elements */
     int ndim;
     tg_dtype dtype;
@@ -54,10 +60,61 @@ const char *tg__shape_str(char *buf, size_t size, int ndim, const int64_t *shape
     tg__shape_str((char[96]){0}, 96, (t)->ndim, (t)->shape)
 
 /* Validation, in the dav1d style: fail with the function name and condition. */
-#define TG_CHECK_NULL(t) \
-    do { if (!(t)) return tg__fail(TG_ERR_NULL, "%s: " #t " is NULL", __func__); } while (0)
-#define TG_CHECK_NULL_STATUS(t) \
-    do { if (!(t)) { tg__fail(TG_ERR_NULL, "%s: " #t " is NULL", __func__); return -1; } } while (0)
+/* A tensor argument must also be alive: one already released is refused. */
+#define TG_CHECK_NULL(t)                                                      \
+    do {                                                                      \
+        if (!(t))                                                             \
+            return tg__fail(TG_ERR_NULL, "%s: " #t " is NULL", __func__);     \
+        if (TG__DEAD(t)) {                                                    \
+            TG__REPORT_DEAD(t);                                               \
+            return NULL;                                                      \
+        }                                                                     \
+    } while (0)
+#define TG_CHECK_NULL_STATUS(t)                                               \
+    do {                                                                      \
+        if (!(t)) {                                                           \
+            tg__fail(TG_ERR_NULL, "%s: " #t " is NULL", __func__);            \
+            return -1;                                                        \
+        }                                                                     \
+        if (TG__DEAD(t)) {                                                    \
+            TG__REPORT_DEAD(t);                                               \
+            return -1;                                                        \
+        }                                                                     \
+    } while (0)
+
+/* ---- released tensors (checked.c) ----------------------------------------- */
+
+/* Checked mode (TG_CHECKED=1 or -Dchecked=true): released headers are kept
+ * poisoned in a quarantine, never reused while there. */
+extern bool tg__checked_on;
+#define TG__RELEASED (-INT64_C(0x7e1ea5ed))
+/* Where a call came from: file:line when the caller's build passed them,
+ * else a code address; how, when set, is said first. */
+typedef struct {
+    const void *addr;
+    const char *file;
+    int line;
+    const char *how;
+} tg__site;
+/* Keeps a header whose last reference went, poisoned. */
+void tg__quarantine(tg_tensor *t, const tg__site *site);
+/* Records TG_ERR_STATE "fn: what already released (called from ...; released
+ * before at ...)", also on stderr in checked mode. what NULL: "an input
+ * (dtype shape) was". */
+void tg__report_released(const char *fn, const char *what, const tg_tensor *t,
+                         const tg__site *now);
+/* Drops a reference on behalf of a call made at site. */
+void tg__release_at_site(tg_tensor *t, const tg__site *site);
+
+static inline bool tg__dead_tensor(const tg_tensor *t) { return t->refcount <= 0; }
+static inline bool tg__dead_other(const void *p) { (void)p; return false; }
+/* True when t is a tensor that was released (other pointers: false). */
+#define TG__DEAD(t) _Generic((t), tg_tensor *: tg__dead_tensor,                  \
+                             const tg_tensor *: tg__dead_tensor,                 \
+                             default: tg__dead_other)(t)
+#define TG__REPORT_DEAD(t)                                                    \
+    tg__report_released(__func__, "input " #t " was", (const tg_tensor *)(const void *)(t), \
+                        &(tg__site){.addr = __builtin_return_address(0)})
 
 /* ---- scopes -------------------------------------------------------------- */
 
@@ -106,6 +163,19 @@ tg_tensor *tg__convert(const tg_tensor *t, tg_dtype dtype);
 static inline size_t tg__elem_size(tg_dtype dtype)
 {
     return dtype == TG_BOOL ? 1 : dtype == TG_FLOAT32 ? 4 : 8;
+}
+/* Marks t's storage (and so every view of it) as written in place: call it
+ * wherever the library writes into a tensor the user holds or hands out
+ * mutable access to one, never for outputs it is still filling. */
+static inline void tg__bump_version(const tg_tensor *t)
+{
+    if (t && t->storage)
+        t->storage->version++;
+}
+/* The version of t's storage; 0 for a husk, which has none. */
+static inline uint64_t tg__version(const tg_tensor *t)
+{
+    return t && t->storage ? t->storage->version : 0;
 }
 /* Pointer to t's first element (at its offset), whatever its layout. */
 static inline void *tg__ptr(const tg_tensor *t)

@@ -2,6 +2,7 @@
  * returned while a scope was open, released when that scope ends. */
 #include "internal.h"
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -12,8 +13,17 @@ typedef struct scope_spare {
 typedef struct {
     tg_tensor **items;
     int64_t count, capacity;
-    int64_t starts[256]; /* where each open scope's records begin */
-    int depth;
+    /* Where the records of the scope at each level begin: the first levels
+     * here, deeper ones in more[], which grows with the nesting (so any depth
+     * works) and goes when the outermost scope ends. */
+    int64_t first[64];
+    int64_t *more;
+    int depth, more_cap;
+    /* Nonzero: the level (depth counted from 1) opened when more[] could not
+     * grow. It and the levels inside it record nothing of their own (their
+     * tensors go to the scope below it); they only count depth, so that
+     * begin and end stay balanced. */
+    int lost;
 } scope_stack;
 
 static _Thread_local scope_stack stack;
@@ -23,30 +33,70 @@ static _Thread_local scope_stack stack;
  * does not allocate it each step. A global, so leak checkers see it. */
 static _Atomic(scope_spare *) spare;
 
+#define FIRST_LEVELS ((int)(sizeof stack.first / sizeof stack.first[0]))
+
+static int64_t *start_of(int level)
+{
+    return level < FIRST_LEVELS ? &stack.first[level] : &stack.more[level - FIRST_LEVELS];
+}
+
+/* Room for the level stack.depth; false when memory ran out. */
+static bool room_for_level(void)
+{
+    int deep = stack.depth - FIRST_LEVELS;
+    if (deep < stack.more_cap)
+        return true;
+    if (stack.more_cap > INT_MAX / 2)
+        return false;
+    int cap = stack.more_cap ? 2 * stack.more_cap : 256;
+    int64_t *more = realloc(stack.more, (size_t)cap * sizeof *more);
+    if (!more)
+        return false;
+    stack.more = more;
+    stack.more_cap = cap;
+    return true;
+}
+
 void tg_scope_begin(void)
 {
-    if (stack.depth == (int)(sizeof stack.starts / sizeof stack.starts[0])) {
-        tg__fail(TG_ERR_STATE, "tg_scope_begin: more than %d nested scopes", stack.depth);
-        stack.depth++; /* keep begin/end balanced; this level records nothing */
+    if (stack.depth == INT_MAX) { /* more than memory allows anyway */
+        tg__fail(TG_ERR_STATE, "tg_scope_begin: %d scopes are already open", stack.depth);
         return;
     }
-    stack.starts[stack.depth++] = stack.count;
+    if (!stack.lost && !room_for_level()) {
+        tg__fail(TG_ERR_NOMEM, "tg_scope_begin: out of memory opening scope %d",
+                 stack.depth + 1);
+        stack.lost = stack.depth + 1;
+    }
+    if (!stack.lost)
+        *start_of(stack.depth) = stack.count;
+    stack.depth++;
 }
 
 int tg_scope_depth(void) { return stack.depth; }
 
-static int pop_scope(const char *fn)
+/* Ends the innermost scope for fn; site says where fn was called from, for
+ * checked mode's account of where each tensor was released. */
+static int pop_scope(const char *fn, const tg__site *site)
 {
     if (stack.depth == 0) {
         tg__fail(TG_ERR_STATE, "%s: no scope is open", fn);
         return -1;
     }
     int level = --stack.depth;
-    if (level >= (int)(sizeof stack.starts / sizeof stack.starts[0]))
+    if (stack.lost) { /* a level that recorded nothing of its own */
+        if (level + 1 == stack.lost)
+            stack.lost = 0;
         return 0;
-    int64_t start = stack.starts[level];
+    }
+    int64_t start = *start_of(level);
     while (stack.count > start)
-        tg_release(stack.items[--stack.count]);
+        tg__release_at_site(stack.items[--stack.count], site);
+    if (stack.depth == 0 && stack.more) { /* deep nesting is rare: let it go */
+        free(stack.more);
+        stack.more = NULL;
+        stack.more_cap = 0;
+    }
     if (stack.depth == 0 && stack.items) {
         scope_spare *mine = (scope_spare *)stack.items;
         mine->capacity = stack.capacity;
@@ -60,16 +110,22 @@ static int pop_scope(const char *fn)
     return 0;
 }
 
-int tg_scope_end(void) { return pop_scope(__func__); }
+int tg_scope_end(void)
+{
+    return pop_scope(__func__, &(tg__site){.addr = __builtin_return_address(0),
+                                           .how = "the end of a scope, tg_scope_end called from "});
+}
 
 tg_tensor *tg_scope_end_keep(tg_tensor *t)
 {
-    tg_retain(t);
-    if (pop_scope(__func__) < 0) {
-        tg_release(t);
+    tg_tensor *kept = tg_retain(t); /* NULL, and an error, when t was released */
+    tg__site site = {.addr = __builtin_return_address(0),
+                     .how = "the end of a scope, tg_scope_end_keep called from "};
+    if (pop_scope(__func__, &site) < 0) {
+        tg_release(kept);
         return NULL;
     }
-    return tg__ret(t);
+    return tg__ret(kept);
 }
 
 tg_tensor *tg__ret(tg_tensor *t)

@@ -240,6 +240,7 @@ static tg_storage *storage_new(size_t nbytes, bool zero)
         s->refcount = 0;
         s->nbytes = nbytes;
         s->next_free = NULL;
+        s->version = 0;
         if (zero)
             memset(s->data, 0, nbytes);
         return s;
@@ -360,6 +361,10 @@ int tg__wrap_dim(const char *fn, int dim, int ndim)
 
 int tg__check_float(const char *fn, const tg_tensor *t)
 {
+    if (t->refcount <= 0) { /* the ops' common check: refuse a released input too */
+        tg__report_released(fn, NULL, t, &(tg__site){.addr = __builtin_return_address(0)});
+        return -1;
+    }
     if (tg__is_float(t->dtype))
         return 0;
     tg__fail(TG_ERR_DTYPE, "%s: expected float32 or float64, got %s", fn, tg_dtype_name(t->dtype));
@@ -483,14 +488,25 @@ tg_tensor *tg__alias(const tg_tensor *t)
 tg_tensor *tg_retain(const tg_tensor *t)
 {
     tg_tensor *m = (tg_tensor *)t;
+    if (m && m->refcount <= 0) {
+        tg__report_released(__func__, "tensor", m,
+                            &(tg__site){.addr = __builtin_return_address(0)});
+        return NULL;
+    }
     if (m)
         m->refcount++;
     return m;
 }
 
-void tg_release(tg_tensor *t)
+void tg__release_at_site(tg_tensor *t, const tg__site *site)
 {
-    if (!t || --t->refcount > 0)
+    if (!t)
+        return;
+    if (t->refcount <= 0) { /* released before: the count must not go lower */
+        tg__report_released("tg_release", "tensor", t, site);
+        return;
+    }
+    if (--t->refcount > 0)
         return;
     if (t->node)
         tg__node_release(t->node);
@@ -498,7 +514,22 @@ void tg_release(tg_tensor *t)
     if (t->storage && --t->storage->refcount == 0) /* a husk has none */
         storage_free(t->storage);
     atomic_fetch_sub(&live_tensors, 1);
-    tg__small_free(t, sizeof *t);
+    if (tg__checked_on)
+        tg__quarantine(t, site);
+    else
+        tg__small_free(t, sizeof *t);
+}
+
+#undef tg_release /* tensor.h's checked-mode macro, should the build define it */
+void tg_release(tg_tensor *t)
+{
+    tg__release_at_site(t, &(tg__site){.addr = __builtin_return_address(0)});
+}
+
+void tg_release_at(tg_tensor *t, const char *file, int line)
+{
+    tg__release_at_site(t, &(tg__site){.addr = __builtin_return_address(0), .file = file,
+                                       .line = line});
 }
 
 bool tg_is_contiguous(const tg_tensor *t)
@@ -633,6 +664,11 @@ tg_tensor *tg__contiguous(const tg_tensor *t)
             tg__fail(TG_ERR_NULL, "%s: tensor is NULL", __func__);            \
             return value;                                                     \
         }                                                                     \
+        if (TG__DEAD(t)) {                                                    \
+            tg__report_released(__func__, "tensor", (const void *)(t),        \
+                                &(tg__site){.addr = __builtin_return_address(0)}); \
+            return value;                                                     \
+        }                                                                     \
     } while (0)
 
 int tg_ndim(const tg_tensor *t)
@@ -723,13 +759,27 @@ double tg_get(const tg_tensor *t, const int64_t *index)
     return read_element(t, off);
 }
 
+static void *data_of(const char *fn, const tg_tensor *t)
+{
+    if (!tg_is_contiguous(t))
+        return tg__fail(TG_ERR_STATE, "%s: tensor of shape %s is not contiguous", fn,
+                        TG_SHAPE_STR(t));
+    return tg__ptr(t);
+}
+
 void *tg_data(const tg_tensor *t)
 {
     NULL_GUARD(t, NULL);
-    if (!tg_is_contiguous(t))
-        return tg__fail(TG_ERR_STATE, "%s: tensor of shape %s is not contiguous", __func__,
-                        TG_SHAPE_STR(t));
-    return tg__ptr(t);
+    void *p = data_of(__func__, t);
+    if (p) /* the caller may write: a graph that kept t must know */
+        tg__bump_version(t);
+    return p;
+}
+
+const void *tg_data_const(const tg_tensor *t)
+{
+    NULL_GUARD(t, NULL);
+    return data_of(__func__, t);
 }
 
 int tg_copy_to(const tg_tensor *t, tg_dtype dtype, void *out, int64_t capacity)

@@ -74,6 +74,34 @@ void tg_release(tg_tensor *t);
 /* Tensors alive in the process: tests assert it returns to its old value. */
 int64_t tg_live_tensors(void);
 
+/* ---- checked mode ------------------------------------------------------- */
+/* Releasing a tensor twice, or using one after its last reference (or its
+ * scope) went, is a bug that normally reads or corrupts freed memory. In
+ * checked mode the library catches it: a released tensor header is kept,
+ * poisoned, in a quarantine of the last 65536 released (about 24 MB) rather
+ * than reused, and a later tg_release, tg_retain, accessor or op on it
+ * fails with TG_ERR_STATE and also prints the message to stderr:
+ *   tensorgrad: tg_release: tensor already released (called from
+ *     ./app+0x1a2b; released before at ./app+0x19f0)
+ *   tensorgrad: tg_reshape: input x was already released (called from
+ *     ./app+0x1c52; released before at the end of a scope, tg_scope_end
+ *     called from ./app+0x1c40)
+ * Call sites are module+offset (give them to `addr2line -e module offset`),
+ * or file:line for releases in code compiled with -DTG_CHECKED, which makes
+ * tg_release a macro over tg_release_at. An op may find a released input
+ * in a check shared by many ops, and then names the input by its dtype and
+ * shape and the call site by an address within the library. The live count
+ * is never decremented twice.
+ * Checked mode is on when the environment has TG_CHECKED=1 as the library
+ * loads (TG_CHECKED=0 turns it off), or by default in a library configured
+ * with -Dchecked=true. Without it a second release is still refused while
+ * the header has not been reused, but nothing is printed. */
+bool tg_checked(void);
+void tg_release_at(tg_tensor *t, const char *file, int line);
+#ifdef TG_CHECKED
+#define tg_release(t) tg_release_at((t), __FILE__, __LINE__)
+#endif
+
 /* ---- memory ------------------------------------------------------------ */
 /* Tensor storage (the elements, not the small headers) comes from this
  * allocator: alloc(size, user) returns size bytes (size > 0) or NULL, and
@@ -100,7 +128,7 @@ void tg_release_cached_memory(void);
  * intermediate: between tg_scope_begin() and tg_scope_end() every tensor a
  * function returns is also recorded in the scope, and the scope releases that
  * reference when it ends. So inside a scope you release nothing you did not
- * tg_retain yourself. Scopes nest and are per thread.
+ * tg_retain yourself. Scopes nest to any depth and are per thread.
  *
  *   tg_scope_begin();
  *   tg_tensor *h = tg_relu(tg_matmul(x, w));   // no releases needed
@@ -180,8 +208,14 @@ double tg_item(const tg_tensor *t);
 double tg_get(const tg_tensor *t, const int64_t *index);
 /* Pointer to t's first element. Only for contiguous tensors (check
  * tg_is_contiguous, or call tg_contiguous first); NULL otherwise. Writing
- * through it changes every view of the same storage. */
+ * through it changes every view of the same storage.
+ * tg_data counts as a write: it bumps the version of t's storage (shared by
+ * its views), and a backward that needs t's values as they were when an op
+ * used them then fails with TG_ERR_STATE rather than compute a wrong
+ * gradient. Fill a tensor before using it, or read through tg_data_const,
+ * which changes nothing. */
 void *tg_data(const tg_tensor *t);
+const void *tg_data_const(const tg_tensor *t);
 /* Copies t's elements, in row-major order, into out as `dtype`; returns 0,
  * or -1 if the buffer (capacity elements) is too small. */
 int tg_copy_to(const tg_tensor *t, tg_dtype dtype, void *out, int64_t capacity);
