@@ -7,10 +7,13 @@
 #include <stdbool.h>
 #include <string.h>
 
-/* The lanes' sum halved down to one in a fixed order. */
-static inline double dlanes_sum(tg__dlanes v)
+/* The lanes' sum halved down to one in a fixed order. By pointer: a
+ * 512-bit vector passed by value has no one ABI across the clones (clang
+ * says so under -Wpsabi), and inlined the two are the same code. */
+static inline __attribute__((always_inline)) double dlanes_sum(const tg__dlanes *v)
 {
-    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+    tg__dlanes x = *v;
+    return ((x[0] + x[4]) + (x[2] + x[6])) + ((x[1] + x[5]) + (x[3] + x[7]));
 }
 
 /* The largest of init and s[0..n) for one element type T: TG_DLANES lanes
@@ -70,7 +73,7 @@ double tg__attn_row_max(tg_dtype dtype, const void *s, int64_t n, double init)
         }                                                                     \
         for (; c < n; c++)                                                    \
             tail += (double)a[c] * (b ? b[c] : 1);                            \
-        return dlanes_sum(acc) + tail;                                        \
+        return dlanes_sum(&acc) + tail;                                        \
     }
 #define WIDEN_FLOAT(v) __builtin_convertvector(v, tg__dlanes)
 #define WIDEN_NONE(v) (v)
@@ -200,7 +203,7 @@ static inline __attribute__((always_inline)) double padded_row_exp(float *t, int
         memcpy(&v, t + c, sizeof v);
         acc += __builtin_convertvector(v, tg__dlanes);
     }
-    return dlanes_sum(acc);
+    return dlanes_sum(&acc);
 }
 
 /* In passes over all the rows, as tg__attn_softmax_f32 below: the maxima,
