@@ -48,7 +48,8 @@ int64_t gpt_fuzz_int(gpt_fuzz_input *in)
 {
     static const int64_t table[] = {
         0, 1, 2, 3, 4, -1, 12, 13, 14, 15, 16, 17, 31, 32, 33, 64, 255, 256, 257, -256,
-        (int64_t)1 << 20, (int64_t)1 << 31, (int64_t)1 << 32, (int64_t)1 << 62, INT64_MAX, INT64_MIN,
+        (int64_t)1 << 20, (int64_t)1 << 31, (int64_t)1 << 32, (int64_t)1 << 62,
+        INT64_MAX, INT64_MIN,
     };
     enum { N = sizeof table / sizeof table[0] };
     uint8_t pick = gpt_fuzz_byte(in) % (N + 1);

@@ -81,9 +81,12 @@ fuzz() {
     rc=0
     # shellcheck disable=SC2086
     "$build/fuzz/fuzz_$h" "$work/corpus" "$src/fuzz/corpus/$h" $dict $(quiet_flag "$h") \
-        ${FUZZ_FLAGS:-} -max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
-        -artifact_prefix="$work/crashes/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
+        ${FUZZ_FLAGS:-} -max_total_time="$seconds" -max_len="$max_len" -timeout=10 \
+        -rss_limit_mb=2048 -artifact_prefix="$work/crashes/" -print_final_stats=1 \
+        >"$log" 2>&1 || rc=$?
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    # -fork=N prints no final stats; its progress lines start "#<executions>:"
+    [ -n "$runs" ] || runs=$(sed -n 's/^#\([0-9]*\): .*/\1/p' "$log" | tail -1)
     crashes=$(find "$work/crashes" -type f | wc -l)
     echo "fuzz_$h: executions ${runs:-?}, crashes/timeouts/leaks found $crashes, exit $rc" \
          "(log $log)"
