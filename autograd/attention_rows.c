@@ -7,7 +7,12 @@
 #include <stdbool.h>
 #include <string.h>
 
-/* The lanes' sum halved down to one in a fixed order. */
+/* The lanes' sum halved down to one in a fixed order. Static and inlined,
+ * so its 512-bit argument never crosses an ABI; clang warns of the ABI of
+ * such arguments in the baseline clones all the same (-Wpsabi). */
+#ifdef __clang__
+#pragma clang diagnostic ignored "-Wpsabi"
+#endif
 static inline double dlanes_sum(tg__dlanes v)
 {
     return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
@@ -43,7 +48,7 @@ typedef int64_t dlanes_bits __attribute__((vector_size(TG_DLANES * sizeof(int64_
 ROW_MAX_OF(row_max_f32, float, tg__flanes, flanes_bits)
 ROW_MAX_OF(row_max_f64, double, tg__dlanes, dlanes_bits)
 
-TG_VECTOR_CLONES
+TG_VECTOR_CLONES_EXTERN(tg__attn_row_max)
 double tg__attn_row_max(tg_dtype dtype, const void *s, int64_t n, double init)
 {
     /* init is -inf or an earlier float32 max, so (float)init is exact */
@@ -84,7 +89,7 @@ static inline __attribute__((always_inline)) double row_dot(tg_dtype dtype, cons
     return dtype == TG_FLOAT32 ? row_dot_f32(x, y, n) : row_dot_f64(x, y, n);
 }
 
-TG_VECTOR_CLONES
+TG_VECTOR_CLONES_EXTERN(tg__attn_exp_row)
 double tg__attn_exp_row(tg_dtype dtype, void *t, double shift, int64_t nc)
 {
     if (dtype == TG_FLOAT32) {
@@ -117,7 +122,7 @@ void tg__attn_scaled_copy(tg_dtype dtype, void *dst, const void *src, int64_t n,
 /* Rows ahead that tg__attn_row_dots fetches. */
 #define DOTS_AHEAD 4
 
-TG_VECTOR_CLONES
+TG_VECTOR_CLONES_EXTERN(tg__attn_row_dots)
 void tg__attn_row_dots(tg_dtype dtype, const void *x, int64_t ldx, const void *y, int64_t ldy,
                        int64_t rows, int64_t n, double *dsum)
 {
@@ -205,7 +210,7 @@ static inline __attribute__((always_inline)) double padded_row_exp(float *t, int
 
 /* In passes over all the rows, as tg__attn_softmax_f32 below: the maxima,
  * then the exps and their sums, then the running sums and the rescaling. */
-TG_VECTOR_CLONES
+TG_VECTOR_CLONES_EXTERN(tg__attn_online_softmax_f32)
 void tg__attn_online_softmax_f32(void *tile, int64_t ldt, void *acc, double *m, double *l,
                                  int64_t nr, int64_t nc, int64_t ev)
 {
@@ -237,7 +242,7 @@ void tg__attn_online_softmax_f32(void *tile, int64_t ldt, void *acc, double *m, 
 
 /* In passes over all the rows, so that one row's exps need not wait on the
  * last row's sum. */
-TG_VECTOR_CLONES
+TG_VECTOR_CLONES_EXTERN(tg__attn_softmax_f32)
 void tg__attn_softmax_f32(float *t, int64_t ldt, int64_t nr, int64_t nc, double *sum,
                           double *lse)
 {
@@ -264,7 +269,7 @@ void tg__attn_softmax_f32(float *t, int64_t ldt, int64_t nr, int64_t nc, double 
     }
 }
 
-TG_VECTOR_CLONES
+TG_VECTOR_CLONES_EXTERN(tg__attn_kept_ds)
 void tg__attn_kept_ds(const float *P, int64_t ldp, const float *dpd, int64_t ldd, float *ds,
                       int64_t ldo, int64_t nr, int64_t nc)
 {

@@ -83,7 +83,7 @@ tg_tensor *tg_masked_fill(const tg_tensor *x, const tg_tensor *mask, double valu
 
 /* ---- dropout ----------------------------------------------------------------- */
 
-TG_VECTOR_CLONES
+TG_VECTOR_CLONES_EXTERN(tg__drop_span)
 void tg__drop_span(tg_dtype dtype, uint64_t key, uint64_t drop_below, double keep,
                    int64_t first, int64_t n, const void *x, void *out)
 {

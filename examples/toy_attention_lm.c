@@ -57,7 +57,7 @@ static bool parse_count(const char *s, unsigned long long *out)
 static int parse_options(int argc, char **argv, options *o)
 {
     *o = (options){.steps = 800, .seed = 0, .svg_path = "attention_heatmap.svg"};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         unsigned long long n = 0;
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
@@ -86,7 +86,6 @@ static int parse_options(int argc, char **argv, options *o)
             fprintf(stderr, "%s: unknown option '%s'\n", argv[0], a);
             return -1;
         }
-        i++; /* every option takes a value */
     }
     return 0;
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes the committed seed corpus (fuzz/corpus/<harness>/): valid
-safetensors files and edge cases near the loader's checks, and texts on
-either side of the GPT example's data rules. Rerun only to change the seeds."""
+safetensors files and edge cases near the loader's checks, texts on either
+side of the GPT example's data rules, and edit lists for the GPT example's
+harnesses (their format is in fuzz/gpt_fuzz.c and the harnesses). Every
+seed runs cleanly; rerun only to change the seeds."""
 import json
 import os
 import shutil
@@ -83,6 +85,61 @@ def text_corpus():
     write("text_data", "low_ids_only", b"\x01\x02\x03\x01\x02\x03\x01\x02\x03\x01")
 
 
+# The GPT harnesses' inputs: a first byte (odd: the checkpoint trained on
+# text, even: the built-in task), then records. A checkpoint edit is its tag
+# (0..8 mod 9, below 0x80), two bytes every edit reads (which tensor for the
+# edits of any tensor, which generator), then its own bytes; see
+# gpt_fuzz_edit. Table indices refer to gpt_fuzz_double / gpt_fuzz_int.
+TEXT, TASK = 1, 0
+SET_SETTING, SET_CONFIG, SET_VOCAB, NEW_VOCAB, NEW_HISTORY, RNG, NEW_ANY, DROP_ANY, SET_ANY = range(9)
+D_ZERO, D_ONE, D_TWO, D_MILLI, D_4096 = 3, 6, 7, 13, 19
+I_ONE, I_TWO = 1, 2
+
+
+def edit(tag, *rest, any_index=0, rng=0):
+    return bytes([tag, any_index, rng, *rest])
+
+
+def gpt_resume_corpus():
+    write("gpt_resume", "text_unchanged", bytes([TEXT]))
+    write("gpt_resume", "task_unchanged", bytes([TASK]))
+    write("gpt_resume", "text_lr", bytes([TEXT]) + edit(SET_SETTING, 2, D_MILLI))
+    write("gpt_resume", "text_more_steps", bytes([TEXT]) + edit(SET_SETTING, 0, D_4096))
+    write("gpt_resume", "text_eval_every_two", bytes([TEXT]) + edit(SET_SETTING, 4, D_TWO))
+    # history [1, 2] of zeros: shorter than the steps run
+    write("gpt_resume", "text_short_history", bytes([TEXT]) + edit(NEW_HISTORY, 1, 2, 1, 2, D_ZERO, 0))
+    write("gpt_resume", "text_rng_word", bytes([TEXT]) + edit(RNG, 0, 2, I_ONE, rng=1))
+    write("gpt_resume", "text_wider_config", bytes([TEXT]) + edit(SET_CONFIG, 4, I_TWO))
+    write("gpt_resume", "text_other_vocab", bytes([TEXT]) + edit(SET_VOCAB, 0, I_TWO))
+    write("gpt_resume", "text_drop_first", bytes([TEXT]) + edit(DROP_ANY))
+    write("gpt_resume", "task_as_text", bytes([TEXT]) + edit(SET_SETTING, 3, D_ONE))
+
+
+# Sample options: a tag of 0x80 or more, mod 8: prompt (a length byte, then
+# its bytes), tokens, temperature (odd byte: a table entry; even: a drawn
+# double), top-k, seed, --greedy, an unknown option, raw bytes.
+PROMPT, TOKENS, TEMPERATURE, TOP_K, SEED, GREEDY, UNKNOWN = (0x80 + i for i in range(7))
+
+
+def prompt(text):
+    return bytes([PROMPT, len(text)]) + text
+
+
+def gpt_sample_corpus():
+    write("gpt_sample", "text_default", bytes([TEXT]))
+    write("gpt_sample", "task_greedy_sum", bytes([TASK, GREEDY]) + prompt(b"123+456="))
+    write("gpt_sample", "text_newline_prompt", bytes([TEXT]) + prompt(b"To\n"))
+    write("gpt_sample", "text_byte_outside_vocab", bytes([TEXT]) + prompt(b"To \xff"))
+    write("gpt_sample", "text_temperature_top_k", bytes([TEXT, TEMPERATURE, 1, 1, TOP_K, 3]))
+    write("gpt_sample", "text_unknown_option", bytes([TEXT, UNKNOWN, 0]))
+    write("gpt_sample", "text_no_tokens", bytes([TEXT, TOKENS, 0]))
+    write("gpt_sample", "text_largest_seed", bytes([TEXT, SEED, 3]))
+    write("gpt_sample", "task_top_k_past_vocab", bytes([TASK, TOP_K, 7]))
+    write("gpt_sample", "text_other_vocab", bytes([TEXT]) + edit(SET_VOCAB, 0, I_TWO))
+
+
 if __name__ == "__main__":
     safetensors_corpus()
     text_corpus()
+    gpt_resume_corpus()
+    gpt_sample_corpus()

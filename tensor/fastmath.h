@@ -10,7 +10,16 @@
  * hash needs), AVX2 or the baseline. Bare AVX-512F would leave 8-lane
  * multiply-adds as a multiply and an add. The AVX2 clone stays without
  * FMA: valgrind, which the CI runs the tests under, emulates FMA one
- * element at a time. Never installed. */
+ * element at a time. Never installed.
+ *
+ * A kernel that other files call takes TG_VECTOR_CLONES_EXTERN(name)
+ * instead. gcc names the dispatcher (an ifunc) after the function, so a
+ * call from another file reaches it; clang before 18 names it "name.ifunc"
+ * and defines no "name" at all, so such a call does not link (and a
+ * declaration carrying the attribute, clang's own cure, miscompiles in
+ * clang 14: the caller jumps to the resolver). There the macro adds the
+ * global "name" as an alias of the dispatcher, which is what gcc and later
+ * clang emit; gcc's output is unchanged. */
 #ifndef TG_FASTMATH_H
 #define TG_FASTMATH_H
 
@@ -24,6 +33,13 @@
 #endif
 #ifndef TG_VECTOR_CLONES
 #define TG_VECTOR_CLONES
+#define TG_VECTOR_CLONES_EXTERN(name)
+#elif defined(__clang__) && __clang_major__ < 18
+#define TG_VECTOR_CLONES_EXTERN(name)                                          \
+    __asm__(".globl " #name "\n\t.set " #name ", \"" #name ".ifunc\"");       \
+    TG_VECTOR_CLONES
+#else
+#define TG_VECTOR_CLONES_EXTERN(name) TG_VECTOR_CLONES
 #endif
 
 /* Eight double lanes and the eight floats they widen from: kernels that

@@ -161,8 +161,14 @@ __attribute__((target("avx2"))) static void pack_rows_avx2_f32(const float *src,
 #define PACK_AHEAD 2
 
 /* GCC would otherwise turn each panel's row of whole-vector copies into a
- * call to memmove, which cost 15% of a product whose A is transposed. */
-__attribute__((target("avx2"), optimize("no-tree-loop-distribute-patterns"))) static void
+ * call to memmove, which cost 15% of a product whose A is transposed.
+ * clang has no optimize attribute; no_builtin keeps its loop idioms out. */
+#ifdef __clang__
+#define NO_COPY_CALLS __attribute__((no_builtin("memmove", "memcpy")))
+#else
+#define NO_COPY_CALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#endif
+__attribute__((target("avx2"))) NO_COPY_CALLS static void
 pack_cols_avx2_f32(const float *src, int64_t ld, int64_t cols, int64_t rows, int width,
                    int64_t panel_stride, float *restrict dst)
 {

@@ -324,7 +324,7 @@ tg_tensor *tg__unary(const tg_tensor *x, tg__unary_kind kind, double arg)
     return out;
 }
 
-TG_VECTOR_CLONES
+TG_VECTOR_CLONES_EXTERN(tg__gelu_tanh_f32_inplace)
 void tg__gelu_tanh_f32_inplace(float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
