@@ -302,6 +302,9 @@ static int check_args(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v
         tg__fail(TG_ERR_NULL, "%s: %s is NULL", fn, !q ? "q" : !k ? "k" : "v");
         return -1;
     }
+    if (TG__CHECK_ALIVE(fn, "q was", q) < 0 || TG__CHECK_ALIVE(fn, "k was", k) < 0 ||
+        TG__CHECK_ALIVE(fn, "v was", v) < 0 || TG__CHECK_ALIVE(fn, "mask was", mask) < 0)
+        return -1;
     if (tg__check_float(fn, q) < 0)
         return -1;
     if (k->dtype != q->dtype || v->dtype != q->dtype) {

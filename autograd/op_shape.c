@@ -364,6 +364,10 @@ static int concat_shape(const tg_tensor *const *xs, int n, int dim, int *d_out, 
             tg__fail(TG_ERR_NULL, "tg_concat: xs[%d] is NULL", i);
             return -1;
         }
+        char what[32];
+        snprintf(what, sizeof what, "xs[%d] was", i);
+        if (TG__CHECK_ALIVE("tg_concat", what, b) < 0)
+            return -1;
         if (b->dtype != a->dtype) {
             tg__fail(TG_ERR_DTYPE, "tg_concat: xs[%d] is %s but xs[0] is %s", i,
                      tg_dtype_name(b->dtype), tg_dtype_name(a->dtype));

@@ -648,6 +648,7 @@ int tg_safetensors_load_into(const char *path, const tg_params *ps)
         fill(staged[i] ? staged[i] : ps->tensors[i], &f, e);
         if (staged[i])
             tg__copy(ps->tensors[i], staged[i]);
+        tg__bump_version(ps->tensors[i]); /* a graph that read it must not backpropagate now */
     }
     rc = 0;
 done:

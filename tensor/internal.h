@@ -115,6 +115,14 @@ static inline bool tg__dead_other(const void *p) { (void)p; return false; }
 #define TG__REPORT_DEAD(t)                                                    \
     tg__report_released(__func__, "input " #t " was", (const tg_tensor *)(const void *)(t), \
                         &(tg__site){.addr = __builtin_return_address(0)})
+/* For ops whose tensors come in an array or are optional: -1 (with the
+ * report naming fn and what, e.g. "xs[2] was") when t is a released tensor,
+ * else 0. NULL passes. */
+#define TG__CHECK_ALIVE(fn, what, t)                                          \
+    ((t) && tg__dead_tensor(t)                                                \
+         ? (tg__report_released(fn, what, (t),                                \
+                                &(tg__site){.addr = __builtin_return_address(0)}), -1) \
+         : 0)
 
 /* ---- scopes -------------------------------------------------------------- */
 

@@ -160,6 +160,30 @@ START_TEST(an_optimizer_step_between_forward_and_backward_is_caught)
 }
 END_TEST
 
+START_TEST(loading_a_checkpoint_into_a_saved_parameter_is_caught)
+{
+    char path[] = "/tmp/tg_misuse_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    tg_params ps = {0};
+    tg_tensor *w = leaf3();
+    ck_assert_int_eq(tg_params_add(&ps, NULL, "w", w), 0);
+    ck_assert_int_eq(tg_safetensors_save(path, &ps, 0, NULL, NULL), 0);
+    tg_scope_begin();
+    tg_tensor *loss = tg_sum(tg_mul(w, w), NULL, 0, false);
+    ck_assert_int_eq(tg_safetensors_load_into(path, &ps), 0); /* same values, new version */
+    ck_assert_int_eq(tg_backward(loss, NULL), -1);
+    ck_assert_int_eq(tg_error_code(), TG_ERR_STATE);
+    ck_assert_ptr_nonnull(strstr(tg_error_message(), "was modified in place after it was used"));
+    tg_error_clear();
+    tg_scope_end();
+    tg_params_clear(&ps);
+    tg_release(w);
+    unlink(path);
+}
+END_TEST
+
 /* ---- released tensors ---------------------------------------------------------- */
 
 /* These run in the "misuse_checked" test (TG_CHECKED=1); a header released
@@ -273,6 +297,28 @@ START_TEST(using_a_tensor_after_its_scope_ended_is_reported)
 }
 END_TEST
 
+/* Ops that take an optional tensor or an array of them check each one. */
+START_TEST(a_released_mask_or_array_element_is_reported)
+{
+    if (!tg_checked())
+        return;
+    tg_tensor *q = tg_ones(TG_FLOAT32, 3, SHAPE(1, 2, 4));
+    tg_tensor *mask = tg_zeros(TG_BOOL, 2, SHAPE(2, 2));
+    tg_release(mask);
+    ck_assert_ptr_null(tg_attention(q, q, q, mask, false, 0, 0, NULL));
+    ck_assert_msg(strstr(tg_error_message(), "tg_attention: mask was already released"), "%s",
+                  tg_error_message());
+    tg_error_clear();
+    tg_tensor *gone = tg_ones(TG_FLOAT32, 3, SHAPE(1, 2, 4));
+    tg_release(gone);
+    ck_assert_ptr_null(tg_concat((const tg_tensor *[]){q, gone}, 2, 0));
+    ck_assert_msg(strstr(tg_error_message(), "tg_concat: xs[1] was already released"), "%s",
+                  tg_error_message());
+    tg_error_clear();
+    tg_release(q);
+}
+END_TEST
+
 /* Every misuse a test provokes it also clears: nothing is left over, such
  * as a tensor of the test's own released twice. */
 static void no_error_left(void)
@@ -298,6 +344,7 @@ int main(void)
     tc = tcase_misuse("versions");
     tcase_add_test(tc, backward_refuses_an_input_written_through_tg_data_after_the_op);
     tcase_add_test(tc, writing_through_tg_data_before_the_op_is_fine);
+    tcase_add_test(tc, loading_a_checkpoint_into_a_saved_parameter_is_caught);
     tcase_add_test(tc, reading_through_tg_data_const_leaves_backward_alone);
     tcase_add_test(tc, writing_into_a_view_of_a_saved_input_is_caught);
     tcase_add_test(tc, writing_into_an_op_output_it_saved_is_caught);
@@ -307,6 +354,7 @@ int main(void)
     tcase_add_test(tc, a_double_release_is_reported_and_keeps_the_live_count);
     tcase_add_test(tc, a_release_through_tg_release_at_names_file_and_line);
     tcase_add_test(tc, using_a_tensor_after_its_scope_ended_is_reported);
+    tcase_add_test(tc, a_released_mask_or_array_element_is_reported);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
