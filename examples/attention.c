@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 enum { T = 5, D = 8 }; /* 5 tokens, width 8 */
 

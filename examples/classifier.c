@@ -3,7 +3,7 @@
  * The README shows this file; it runs as a test. Run: build/examples/classifier */
 #include <stdio.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 enum { VOCAB = 6, T = 8, D = 32, BATCH = 32, STEPS = 300 };
 

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 enum { EXIT_USAGE = 2 };
 
