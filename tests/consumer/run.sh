@@ -59,7 +59,7 @@ sed "s|@TENSORGRAD_URL@|$src|" "$here/subprojects/tensorgrad.wrap" >"$dir/subpro
 ln -s "$src" "$dir/subprojects/tensorgrad"
 (cd "$dir" && env -u PKG_CONFIG_PATH meson setup build --force-fallback-for=tensorgrad \
    >setup.log 2>&1) || { cat "$dir/setup.log" >&2; fail "meson setup of the subproject build failed"; }
-ninja -C "$dir/build" >/dev/null || fail "subproject build failed"
+# What the parent is given, read from the configured build before building.
 tests=$(meson test -C "$dir/build" --no-rebuild --list 2>/dev/null)
 [ "$tests" = "quadrants" ] || fail "the parent's meson test lists more than its own test: $tests"
 targets=$(ninja -C "$dir/build" -t targets all | cut -d: -f1)
@@ -82,6 +82,10 @@ for c in json.load(open(sys.argv[1])):
         print(" ".join(a for a in args if a.startswith("-I")))
 ' "$dir/build/compile_commands.json")
 [ -n "$inc_flags" ] || fail "no include flags found for quadrants.c"
+echo "#include <tensorgrad/tensorgrad.h>" >"$dir/probe.c"
+# shellcheck disable=SC2086
+(cd "$dir/build" && cc $inc_flags -fsyntax-only "$dir/probe.c") ||
+  fail "<tensorgrad/tensorgrad.h> is not reachable through the tensorgrad dependency"
 for hidden in internal.h tg_config.h; do
   echo "#include \"$hidden\"" >"$dir/probe.c"
   # shellcheck disable=SC2086
@@ -89,7 +93,9 @@ for hidden in internal.h tg_config.h; do
     fail "$hidden is reachable through the tensorgrad dependency"
   fi
 done
-meson test -C "$dir/build" >/dev/null || fail "subproject program failed"
+# What the parent builds and runs.
+ninja -C "$dir/build" >/dev/null || fail "subproject build failed"
+meson test -C "$dir/build" --no-rebuild >/dev/null || fail "subproject program failed"
 echo "consumer: meson subproject (wrap), library only, internal headers hidden: ok"
 
 # 4. CMake find_package, the shared library and then the static one.
