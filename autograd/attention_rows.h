@@ -6,7 +6,7 @@
 #ifndef TG_ATTENTION_ROWS_H
 #define TG_ATTENTION_ROWS_H
 
-#include "tensor.h"
+#include <tensorgrad/tensor.h>
 
 #include <stdint.h>
 

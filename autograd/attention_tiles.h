@@ -4,7 +4,7 @@
 #ifndef TG_ATTENTION_TILES_H
 #define TG_ATTENTION_TILES_H
 
-#include "tensor.h"
+#include <tensorgrad/tensor.h>
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -4,7 +4,7 @@
 #ifndef TG_DROPOUT_MASK_H
 #define TG_DROPOUT_MASK_H
 
-#include "tensor.h"
+#include <tensorgrad/tensor.h>
 
 #include <math.h>
 #include <stdbool.h>

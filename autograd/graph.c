@@ -15,7 +15,7 @@ static TG_TLS int64_t visit_mark;
 
 static const char *const op_names[] = {
 #define TG_OP(name, text) text,
-#include "ops.def"
+#include <tensorgrad/ops.def>
 #undef TG_OP
 };
 _Static_assert(sizeof op_names / sizeof op_names[0] == TG_OP_COUNT,

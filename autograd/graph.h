@@ -3,7 +3,7 @@
 #ifndef TG_GRAPH_H
 #define TG_GRAPH_H
 
-#include "autograd.h"
+#include <tensorgrad/autograd.h>
 #include "internal.h"
 
 typedef struct tg_node tg_node;

@@ -9,7 +9,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 #include "tg_config.h"
 
 #if TG_HAVE_OPENMP

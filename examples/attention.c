@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 enum { T = 5, D = 8 }; /* 5 tokens, width 8 */
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 enum { T = 5, D = 8 }; /* the random examples: 5 tokens of width 8 */
 

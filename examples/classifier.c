@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 enum { VOCAB = 6, T = 8, D = 32, BATCH = 32, STEPS = 300 };
 

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 /* The task: the output at position i is the input at position len-1-i. Every
  * output needs the sequence's length and a token far away, so it cannot be

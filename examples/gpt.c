@@ -12,8 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <tensorgrad/tensorgrad.h>
+
 #include "gpt_checkpoint.h"
-#include "tensorgrad.h"
 
 enum { EXIT_USAGE = 2 };
 

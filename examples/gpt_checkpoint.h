@@ -4,7 +4,7 @@
 #ifndef GPT_CHECKPOINT_H
 #define GPT_CHECKPOINT_H
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 /* A numeric setting: its command-line option and the values it accepts. A
  * value read from a checkpoint must lie in the same range. */

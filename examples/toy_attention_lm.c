@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 enum {
     D = 32,      /* embedding width */

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 /* Harness invariants, not library errors: stop the fuzzer on the spot. */
 #define REQUIRE(c)                                                             \

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 #define REQUIRE(c)                                                             \
     do {                                                                       \

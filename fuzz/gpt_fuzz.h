@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 /* examples/gpt.c's main, compiled into the harness under this name. */
 int gpt_example_main(int argc, char **argv);

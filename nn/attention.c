@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "nn.h"
+#include <tensorgrad/nn.h>
 
 /* ---- construction -------------------------------------------------------------- */
 

@@ -1,7 +1,7 @@
 /* The Dropout module: p and a train flag around the dropout op, so model
  * code can switch every dropout off for evaluation. */
 #include "internal.h"
-#include "nn.h"
+#include <tensorgrad/nn.h>
 
 tg_tensor *tg_dropout_forward(const tg_dropout_module *m, const tg_tensor *x)
 {

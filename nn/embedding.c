@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
-#include "nn.h"
+#include <tensorgrad/nn.h>
 
 tg_embedding_module *tg_embedding_new(int64_t num_embeddings, int64_t embedding_dim,
                                       tg_dtype dtype, tg_rng *rng)

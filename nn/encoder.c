@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "nn.h"
+#include <tensorgrad/nn.h>
 
 /* Every value PyTorch would reject, named in the message of fn. */
 static int check_config(const char *fn, const tg_encoder_config *c, tg_dtype dtype)

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "nn.h"
+#include <tensorgrad/nn.h>
 
 /* One transformer block; Linear weights are [out, in]. */
 typedef struct {

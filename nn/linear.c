@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
-#include "nn.h"
+#include <tensorgrad/nn.h>
 
 /* Draws U(-bound, bound) of shape as a leaf the caller owns outright: the
  * private scope keeps an enclosing scope from taking the reference. */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
-#include "nn.h"
+#include <tensorgrad/nn.h>
 
 /* A parameter the module owns outright (a private scope keeps an enclosing
  * one from taking the reference), filled with value and requiring grad. */

@@ -6,7 +6,7 @@
 
 #include "internal.h"
 #include "fastmath.h"
-#include "nn.h"
+#include <tensorgrad/nn.h>
 #include "tg_config.h"
 
 #if TG_HAVE_OPENMP

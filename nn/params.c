@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "nn.h"
+#include <tensorgrad/nn.h>
 
 /* Room for one more entry; -1 with TG_ERR_NOMEM when it cannot be had. */
 static int reserve_one(tg_params *ps)

@@ -10,8 +10,8 @@
 
 #include "internal.h"
 #include "json.h"
-#include "nn.h"
 #include "save_path.h"
+#include <tensorgrad/nn.h>
 
 /* The format is little-endian; a big-endian host swaps element bytes. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__

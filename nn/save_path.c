@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "nn.h"
+#include <tensorgrad/nn.h>
 #include "save_path.h"
 
 /* Symlink hops followed before a chain counts as a loop, as Linux counts. */

@@ -1,7 +1,7 @@
 /* Scaled dot-product attention composed of ops: the one place the attention
  * formula lives, shared by MultiheadAttention and the GPT's attention. */
 #include "internal.h"
-#include "nn.h"
+#include <tensorgrad/nn.h>
 
 /* A bool [L, S] mask, true where key j comes after query i. */
 static tg_tensor *causal_mask(int64_t L, int64_t S)

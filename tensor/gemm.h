@@ -5,7 +5,7 @@
 #ifndef TG_GEMM_H
 #define TG_GEMM_H
 
-#include "tensor.h"
+#include <tensorgrad/tensor.h>
 
 #include <stdbool.h>
 #include <stdint.h>

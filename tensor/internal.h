@@ -4,7 +4,7 @@
 #ifndef TG_TENSOR_INTERNAL_H
 #define TG_TENSOR_INTERNAL_H
 
-#include "tensor.h"
+#include <tensorgrad/tensor.h>
 
 #include <math.h>
 #include <stdarg.h>

@@ -1,11 +1,11 @@
 /* Gradient-check cases: each area's cases_<area>.c lists functions of
  * tensors with the inputs to check them at; test_gradcheck.c runs every case
  * in float64 against finite differences and in float32 against float64, and
- * asserts that every op in autograd/ops.def is covered. */
+ * asserts that every op in include/tensorgrad/ops.def is covered. */
 #ifndef TG_CASES_H
 #define TG_CASES_H
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 typedef struct {
     const char *name;

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 /* Every test starts and ends with the same number of live tensors and no
  * error left behind unchecked. */

@@ -3,7 +3,7 @@
  * its parameters ("param.<name>"), the tokens and its logits to argv[1]. */
 #include <stdio.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 enum { B = 2, T = 7, VOCAB = 11 };
 

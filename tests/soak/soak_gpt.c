@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensorgrad.h"
+#include <tensorgrad/tensorgrad.h>
 
 /* Resident set size in kB, from /proc/self/statm (pages). */
 static long rss_kb(void)
