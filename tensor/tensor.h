@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "tg_version.h" /* TG_VERSION_MAJOR, _MINOR, _PATCH, _STRING */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -207,6 +209,49 @@ TG_API int tg_print(const tg_tensor *t);
 /* The same text without the newline into buf (always terminated); returns
  * the length the full text needs, like snprintf, or -1 on error. */
 TG_API int tg_format(char *buf, size_t size, const tg_tensor *t);
+
+/* ---- version, threads and build info ------------------------------------ */
+
+/* The version of the library loaded at run time, e.g. "0.1.0" (a static
+ * string). TG_VERSION_STRING is the version of the headers a program was
+ * compiled with; the two differ when it loads another build. */
+TG_API const char *tg_version(void);
+
+/* Sets the threads the library's parallel loops and its OpenBLAS calls use
+ * to n, 1 <= n <= 1024; returns 0, or -1 with TG_ERR_VALUE for any other n.
+ * OpenMP keeps its count per thread: this sets it for loops started from the
+ * calling thread (OMP_NUM_THREADS sets every thread's default), and
+ * OpenBLAS's, which is process-wide. Without OpenMP the library runs on one
+ * thread: any valid n is accepted and tg_num_threads() stays 1. Training
+ * gives the same bits on one thread as on two. */
+TG_API int tg_set_num_threads(int n);
+/* The threads a parallel loop started from the calling thread may use (1
+ * without OpenMP). */
+TG_API int tg_num_threads(void);
+
+/* What the library was built with and what it picked on this machine. The
+ * strings are static, valid for the life of the process. */
+typedef struct {
+    const char *version;     /* tg_version() */
+    const char *compiler;    /* what compiled the library, e.g. "gcc 12.2.0" */
+    const char *gemm_isa;    /* the built-in float32 matmul kernels in use, picked at run
+                                time: "avx512", "avx2" or "portable" (always under valgrind) */
+    bool avx512_bf16;        /* the CPU has AVX512_BF16 (reported only; nothing uses it) */
+    const char *blas;        /* "OpenBLAS" or "none" */
+    const char *blas_config; /* OpenBLAS's openblas_get_config(): version and build; or "" */
+    const char *blas_core;   /* the CPU core OpenBLAS tuned for, e.g. "Zen"; or "" */
+    bool openmp;             /* built with OpenMP */
+    int threads;             /* tg_num_threads() */
+} tg_build_info;
+
+/* Fills *info; returns 0, or -1 with TG_ERR_NULL when info is NULL. */
+TG_API int tg_build_info_get(tg_build_info *info);
+/* The same as one line into buf (always terminated), e.g.
+ *   tensorgrad 0.1.0 (gcc 12.2.0); gemm: avx512; avx512_bf16: no;
+ *   blas: OpenBLAS 0.3.21 DYNAMIC_ARCH ... (core Zen); openmp: yes, 2 threads
+ * Returns the length the whole line needs, like snprintf (buf may be NULL
+ * when size is 0), or -1 with TG_ERR_NULL when buf is NULL and size is not. */
+TG_API int tg_build_info_format(char *buf, size_t size);
 
 #ifdef __cplusplus
 }
