@@ -1,7 +1,7 @@
 /* The benchmark program: runs the configs of ../shared/BENCHMARKS.md with
  * tensorgrad and prints one JSON line per config, with the keys, metric names
  * and warmup/repetition counts of ../shared/bench/torch_ref.py, so that
- * bench/compare.py can join the two. Run: build/bench/bench [--threads N] [CONFIG ...] */
+ * bench/compare.py can join the two; a first line says what the library picked. Run: build/bench/bench [--threads N] [CONFIG ...] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,14 +10,6 @@
 #include <time.h>
 
 #include <tensorgrad/tensorgrad.h>
-#include "tg_config.h"
-
-#if TG_HAVE_OPENMP
-#include <omp.h>
-#endif
-#if TG_HAVE_BLAS
-#include <cblas.h> /* OpenBLAS's, which declares openblas_set_num_threads */
-#endif
 
 /* --quick shrinks every config to a smoke test (tests/test_bench.c): the
  * lines keep their keys, the numbers mean nothing. */
@@ -418,20 +410,44 @@ static void usage(FILE *f)
                "  runs every config when none is named; configs:");
     for (int i = 0; i < NBENCH; i++)
         fprintf(f, " %s", benches[i].name);
-    fprintf(f, "\n  --threads N  OpenMP and OpenBLAS threads (default 2)\n"
+    fprintf(f, "\n  --threads N  threads for the library and OpenBLAS (default 2)\n"
                "  --quick      tiny sizes: a smoke test, not a measurement\n");
 }
 
-/* OpenMP's pool and OpenBLAS's pool, both set to n (when built with them). */
-static void set_threads(int n)
+/* s as a JSON string, quotes included. */
+static void print_json_string(const char *s)
 {
-#if TG_HAVE_OPENMP
-    omp_set_num_threads(n);
-#endif
-#if TG_HAVE_BLAS
-    openblas_set_num_threads(n);
-#endif
-    (void)n;
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+/* The first line: what the library was built with and picked on this
+ * machine, as {"config": "info", ...}, so a saved run says what it measured.
+ * compare.py sets it aside; it is not a measurement. */
+static void emit_info(void)
+{
+    tg_build_info info;
+    tg_build_info_get(&info);
+    const char *keys[] = {"version", "compiler", "gemm_isa", "blas", "blas_config", "blas_core"};
+    const char *values[] = {info.version, info.compiler,    info.gemm_isa,
+                            info.blas,    info.blas_config, info.blas_core};
+    printf("{\"config\": \"info\", \"threads\": %d", info.threads);
+    for (int i = 0; i < 6; i++) {
+        printf(", \"%s\": ", keys[i]);
+        print_json_string(values[i]);
+    }
+    printf(", \"avx512_bf16\": %s, \"openmp\": %s}\n", info.avx512_bf16 ? "true" : "false",
+           info.openmp ? "true" : "false");
+    fflush(stdout);
 }
 
 static int find_bench(const char *name)
@@ -469,7 +485,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    set_threads(threads);
+    if (tg_set_num_threads(threads) != 0) {
+        fprintf(stderr, "bench: %s\n", tg_error_message());
+        return 2;
+    }
+    emit_info();
     int failed = 0;
     /* Each config starts without the buffers the one before left cached, so
      * its peak RSS is its own (ru_maxrss only ever grows). */

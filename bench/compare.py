@@ -33,9 +33,14 @@ def run(cmd):
         line = line.strip()
         if line.startswith("{"):
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 print(f"  not JSON: {line}", file=sys.stderr)
+                continue
+            if row.get("config") == "info":  # what the library picked, not a measurement
+                print(f"  {line}", file=sys.stderr)
+            else:
+                rows.append(row)
     return rows
 
 

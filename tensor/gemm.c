@@ -148,6 +148,11 @@ bool tg__gemm_force_isa(enum tg__gemm_isa isa)
     return true;
 }
 
+enum tg__gemm_isa tg__gemm_isa_in_use(void)
+{
+    return current_isa();
+}
+
 /* Narrow products: at most NARROW_MAX_N columns from a reduction of at most
  * NARROW_MAX_K, as in the projections of a small model ([rows, 32] by
  * [32, 32]), up to NARROW_MAX_WORK multiply-adds. The tiny kernel takes

@@ -134,5 +134,9 @@ enum tg__gemm_isa {
  * Returns false, changing nothing, when this build or CPU lacks isa. Not
  * thread-safe: call it only while no GEMM runs. */
 bool tg__gemm_force_isa(enum tg__gemm_isa isa);
+/* The ISA the built-in kernel runs now (never AUTO), as tg_build_info_get
+ * reports it: the best the CPU has, the portable kernel under valgrind, or
+ * what tg__gemm_force_isa set. */
+enum tg__gemm_isa tg__gemm_isa_in_use(void);
 
 #endif

@@ -1,6 +1,7 @@
 /* A smoke test of the benchmark program (bench/bench.c): on its --quick
- * sizes it prints one JSON line per config with torch_ref.py's keys in
- * torch_ref.py's order, and it refuses bad arguments with exit status 2. */
+ * sizes it prints a line saying what the library picked, then one JSON line
+ * per config with torch_ref.py's keys in torch_ref.py's order, and it
+ * refuses bad arguments with exit status 2. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,10 +62,18 @@ START_TEST(bench_prints_one_json_line_per_config_with_reference_keys)
                                               "value",  "unit",    "peak_rss_mb"};
     static const char *const toy_keys[] = {"config", "threads", "metric",     "value",
                                            "unit",   "final_loss", "peak_rss_mb"};
-    int matmul_lines = 0, toy_lines = 0;
+    static const char *const info_keys[] = {"config", "threads", "version", "compiler",
+                                            "gemm_isa", "blas", "avx512_bf16", "openmp"};
+    int info_lines = 0, matmul_lines = 0, toy_lines = 0;
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
         ck_assert_msg(line[0] == '{' && line[strlen(line) - 1] == '}', "not JSON: %s", line);
         ck_assert_double_eq(number_after(line, "threads"), 1);
+        if (strstr(line, "\"config\": \"info\"")) { /* first, and not a measurement */
+            ck_assert_int_eq(info_lines + matmul_lines + toy_lines, 0);
+            assert_keys_in_order(line, info_keys, 8);
+            info_lines++;
+            continue;
+        }
         ck_assert_msg(number_after(line, "value") > 0, "no positive value: %s", line);
         ck_assert_msg(number_after(line, "peak_rss_mb") > 0, "no peak RSS: %s", line);
         if (strstr(line, "\"config\": \"matmul\"")) {
@@ -82,6 +91,7 @@ START_TEST(bench_prints_one_json_line_per_config_with_reference_keys)
             ck_abort_msg("unexpected line: %s", line);
         }
     }
+    ck_assert_int_eq(info_lines, 1);
     ck_assert_int_eq(matmul_lines, 2); /* --quick keeps the two smallest shapes */
     ck_assert_int_eq(toy_lines, 1);
 }

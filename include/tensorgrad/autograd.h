@@ -39,24 +39,24 @@ typedef enum {
 } tg_op;
 
 /* "matmul" for TG_OP_MATMUL; NULL for a value outside the list. */
-const char *tg_op_name(tg_op op);
+TG_API const char *tg_op_name(tg_op op);
 
 /* ---- gradients -------------------------------------------------------------- */
 
 /* Marks a leaf (a tensor no op made) as a parameter whose gradient backward
  * should compute. Float dtypes only. 0, or -1 on error. */
-int tg_set_requires_grad(tg_tensor *t, bool requires_grad);
-bool tg_requires_grad(const tg_tensor *t);
+TG_API int tg_set_requires_grad(tg_tensor *t, bool requires_grad);
+TG_API bool tg_requires_grad(const tg_tensor *t);
 /* True when no op made t (created tensors, detached tensors, parameters). */
-bool tg_is_leaf(const tg_tensor *t);
+TG_API bool tg_is_leaf(const tg_tensor *t);
 /* The gradient accumulated in a leaf: a new reference (which an open scope
  * holds for you, as for every returned tensor), or NULL without an error
  * when backward has not reached it yet. */
-tg_tensor *tg_grad(const tg_tensor *t);
+TG_API tg_tensor *tg_grad(const tg_tensor *t);
 /* Forgets t's gradient, so the next backward starts from zero. It drops the
  * gradient tensor rather than writing zeros into it, so a reference you hold
  * keeps its values. */
-void tg_zero_grad(tg_tensor *t);
+TG_API void tg_zero_grad(tg_tensor *t);
 
 /* Backpropagates from root: grad_output has root's shape and dtype, or is NULL
  * when root holds one element (then it is 1). Gradients *add* into the .grad
@@ -66,13 +66,13 @@ void tg_zero_grad(tg_tensor *t);
  * by an optimizer step...): "tg_backward: a tensor needed for the gradient of
  * mul (saved as input 0, shape [3]) was modified in place after it was used
  * (version 0, now 1)". 0, or -1 on error. */
-int tg_backward(tg_tensor *root, const tg_tensor *grad_output);
+TG_API int tg_backward(tg_tensor *root, const tg_tensor *grad_output);
 
 /* Grad mode is per thread and on by default. While it is off, ops record
  * nothing: for inference and for optimizer updates. Returns the old mode:
  *   bool was = tg_set_grad_enabled(false); ...; tg_set_grad_enabled(was); */
-bool tg_set_grad_enabled(bool enabled);
-bool tg_grad_enabled(void);
+TG_API bool tg_set_grad_enabled(bool enabled);
+TG_API bool tg_grad_enabled(void);
 
 /* Anomaly mode, for finding where a NaN or Inf first appears; off by default,
  * per thread. While it is on, every op checks its output: an output holding
@@ -85,108 +85,109 @@ bool tg_grad_enabled(void);
  * checks every gradient an op's backward produces the same way (any NaN or
  * Inf) and fails naming that op. The scan costs one pass over each output.
  * Returns the old mode. */
-bool tg_set_anomaly_mode(bool on);
-bool tg_anomaly_mode(void);
+TG_API bool tg_set_anomaly_mode(bool on);
+TG_API bool tg_anomaly_mode(void);
 
 /* A tensor sharing t's storage that is a leaf and does not require grad. */
-tg_tensor *tg_detach(const tg_tensor *t);
+TG_API tg_tensor *tg_detach(const tg_tensor *t);
 
 /* ---- pointwise ops (autograd/op_pointwise.c) -------------------------------- */
 /* Binary ops broadcast by NumPy rules: [4,1,3] + [2,1] -> [4,2,3]. The
  * gradient of a broadcast operand is summed back to its own shape. */
 
-tg_tensor *tg_add(const tg_tensor *a, const tg_tensor *b);
-tg_tensor *tg_sub(const tg_tensor *a, const tg_tensor *b);
-tg_tensor *tg_mul(const tg_tensor *a, const tg_tensor *b);
-tg_tensor *tg_div(const tg_tensor *a, const tg_tensor *b);
-tg_tensor *tg_neg(const tg_tensor *x);
-tg_tensor *tg_add_scalar(const tg_tensor *x, double value);
-tg_tensor *tg_mul_scalar(const tg_tensor *x, double value);
-tg_tensor *tg_exp(const tg_tensor *x);
+TG_API tg_tensor *tg_add(const tg_tensor *a, const tg_tensor *b);
+TG_API tg_tensor *tg_sub(const tg_tensor *a, const tg_tensor *b);
+TG_API tg_tensor *tg_mul(const tg_tensor *a, const tg_tensor *b);
+TG_API tg_tensor *tg_div(const tg_tensor *a, const tg_tensor *b);
+TG_API tg_tensor *tg_neg(const tg_tensor *x);
+TG_API tg_tensor *tg_add_scalar(const tg_tensor *x, double value);
+TG_API tg_tensor *tg_mul_scalar(const tg_tensor *x, double value);
+TG_API tg_tensor *tg_exp(const tg_tensor *x);
 /* log and sqrt follow IEEE: log(0) = -inf, sqrt(-1) = NaN, no error. */
-tg_tensor *tg_log(const tg_tensor *x);
-tg_tensor *tg_sqrt(const tg_tensor *x);
-tg_tensor *tg_pow_scalar(const tg_tensor *x, double exponent);
-tg_tensor *tg_tanh(const tg_tensor *x);
-tg_tensor *tg_sigmoid(const tg_tensor *x);
-tg_tensor *tg_relu(const tg_tensor *x);
+TG_API tg_tensor *tg_log(const tg_tensor *x);
+TG_API tg_tensor *tg_sqrt(const tg_tensor *x);
+TG_API tg_tensor *tg_pow_scalar(const tg_tensor *x, double exponent);
+TG_API tg_tensor *tg_tanh(const tg_tensor *x);
+TG_API tg_tensor *tg_sigmoid(const tg_tensor *x);
+TG_API tg_tensor *tg_relu(const tg_tensor *x);
 typedef enum {
     TG_GELU_ERF,  /* exact: x * Phi(x), PyTorch's approximate='none' */
     TG_GELU_TANH, /* GPT-2's tanh approximation, approximate='tanh' */
 } tg_gelu_kind;
-tg_tensor *tg_gelu(const tg_tensor *x, tg_gelu_kind kind);
+TG_API tg_tensor *tg_gelu(const tg_tensor *x, tg_gelu_kind kind);
 /* A copy of x as dtype. Between float dtypes it is differentiable; any other
  * conversion (to or from int64 and bool) gives a tensor without a graph. */
-tg_tensor *tg_to_dtype(const tg_tensor *x, tg_dtype dtype);
+TG_API tg_tensor *tg_to_dtype(const tg_tensor *x, tg_dtype dtype);
 
 /* ---- reductions (autograd/op_reduce.c) --------------------------------------- */
 /* dims lists ndims dims to reduce; dims NULL (or ndims 0) reduces all of
  * them. keepdim keeps each reduced dim with size 1. Reducing an empty tensor:
  * sum is 0, mean is NaN (as in PyTorch). */
 
-tg_tensor *tg_sum(const tg_tensor *x, const int *dims, int ndims, bool keepdim);
-tg_tensor *tg_mean(const tg_tensor *x, const int *dims, int ndims, bool keepdim);
+TG_API tg_tensor *tg_sum(const tg_tensor *x, const int *dims, int ndims, bool keepdim);
+TG_API tg_tensor *tg_mean(const tg_tensor *x, const int *dims, int ndims, bool keepdim);
 /* Largest value along dim and where it is (int64, the first on a tie).
  * Writes new references to *values and *indices (either pointer may be NULL
  * to skip it). The gradient flows to the position of each maximum.
  * 0, or -1 on error (an empty dim is an error). */
-int tg_max(const tg_tensor *x, int dim, bool keepdim, tg_tensor **values, tg_tensor **indices);
+TG_API int tg_max(const tg_tensor *x, int dim, bool keepdim, tg_tensor **values,
+                  tg_tensor **indices);
 
 /* ---- matmul (autograd/op_matmul.c) ------------------------------------------ */
 /* torch.matmul: 1-D @ 1-D is a dot product; a 1-D left operand is a row
  * vector and a 1-D right operand a column vector (the added dim is removed
  * from the result); otherwise [..., n, k] @ [..., k, m] -> [..., n, m] with
  * batch dims broadcast. Transposed operands are used without a copy. */
-tg_tensor *tg_matmul(const tg_tensor *a, const tg_tensor *b);
+TG_API tg_tensor *tg_matmul(const tg_tensor *a, const tg_tensor *b);
 /* x @ weight^T + bias, as torch.nn.functional.linear: x [..., in], weight
  * [out, in], bias [out] or NULL -> [..., out]. One op: the bias is where the
  * product starts, not a second pass. */
-tg_tensor *tg_affine(const tg_tensor *x, const tg_tensor *weight, const tg_tensor *bias);
+TG_API tg_tensor *tg_affine(const tg_tensor *x, const tg_tensor *weight, const tg_tensor *bias);
 /* tg_affine(tg_gelu(h, kind), weight, bias) as one op that keeps only h for
  * backward and computes GELU(h) again there: an MLP's widest activation is
  * held once instead of twice. */
-tg_tensor *tg_gelu_affine(const tg_tensor *h, tg_gelu_kind kind, const tg_tensor *weight,
-                          const tg_tensor *bias);
+TG_API tg_tensor *tg_gelu_affine(const tg_tensor *h, tg_gelu_kind kind, const tg_tensor *weight,
+                                 const tg_tensor *bias);
 /* tg_affine(tg_layer_norm(x, 1, ln_weight, ln_bias, eps), weight, bias) as
  * one op that keeps only x for backward and normalises it again there: a
  * pre-norm block's normalised input is not held beside its residual stream.
  * ln_weight, ln_bias and bias may be NULL. */
-tg_tensor *tg_layer_norm_affine(const tg_tensor *x, const tg_tensor *ln_weight,
-                                const tg_tensor *ln_bias, double eps, const tg_tensor *weight,
-                                const tg_tensor *bias);
+TG_API tg_tensor *tg_layer_norm_affine(const tg_tensor *x, const tg_tensor *ln_weight,
+                                       const tg_tensor *ln_bias, double eps,
+                                       const tg_tensor *weight, const tg_tensor *bias);
 
 /* ---- views and joins (autograd/op_shape.c) ----------------------------------- */
 /* Views share x's storage; their gradient lands in the matching elements of x. */
 
-tg_tensor *tg_transpose(const tg_tensor *x, int dim0, int dim1);
+TG_API tg_tensor *tg_transpose(const tg_tensor *x, int dim0, int dim1);
 /* perm lists every dim of x once. */
-tg_tensor *tg_permute(const tg_tensor *x, const int *perm);
+TG_API tg_tensor *tg_permute(const tg_tensor *x, const int *perm);
 /* A view when x's layout allows, a copy otherwise; one size may be -1. */
-tg_tensor *tg_reshape(const tg_tensor *x, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_reshape(const tg_tensor *x, int ndim, const int64_t *shape);
 /* Elements [start, start+length) of dim. */
-tg_tensor *tg_narrow(const tg_tensor *x, int dim, int64_t start, int64_t length);
+TG_API tg_tensor *tg_narrow(const tg_tensor *x, int dim, int64_t start, int64_t length);
 /* Repeats size-1 dims (and adds leading ones) without copying; -1 keeps a size. */
-tg_tensor *tg_expand(const tg_tensor *x, int ndim, const int64_t *shape);
-tg_tensor *tg_unsqueeze(const tg_tensor *x, int dim);
+TG_API tg_tensor *tg_expand(const tg_tensor *x, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_unsqueeze(const tg_tensor *x, int dim);
 /* Removes dim, which must have size 1. */
-tg_tensor *tg_squeeze(const tg_tensor *x, int dim);
+TG_API tg_tensor *tg_squeeze(const tg_tensor *x, int dim);
 /* Joins n tensors of one dtype along dim; other dims must match. */
-tg_tensor *tg_concat(const tg_tensor *const *xs, int n, int dim);
+TG_API tg_tensor *tg_concat(const tg_tensor *const *xs, int n, int dim);
 /* x itself (a new reference) when contiguous, else a contiguous copy. */
-tg_tensor *tg_contiguous(const tg_tensor *x);
+TG_API tg_tensor *tg_contiguous(const tg_tensor *x);
 
 /* ---- neural-network ops ------------------------------------------------------- */
 
 /* softmax along dim (autograd/op_softmax.c). A slice that is entirely -inf
  * (a query every key of which is masked) gives all zeros, not NaN, and passes
  * zero gradient; log_softmax gives -inf there and passes zero gradient. */
-tg_tensor *tg_softmax(const tg_tensor *x, int dim);
-tg_tensor *tg_log_softmax(const tg_tensor *x, int dim);
+TG_API tg_tensor *tg_softmax(const tg_tensor *x, int dim);
+TG_API tg_tensor *tg_log_softmax(const tg_tensor *x, int dim);
 
 /* x where mask is false, value where it is true (autograd/op_mask.c). mask is
  * bool and broadcasts to x's shape; value may be +-INFINITY. No gradient flows
  * to masked positions. */
-tg_tensor *tg_masked_fill(const tg_tensor *x, const tg_tensor *mask, double value);
+TG_API tg_tensor *tg_masked_fill(const tg_tensor *x, const tg_tensor *mask, double value);
 
 /* Inverted dropout: zeroes each element with probability p and scales the
  * rest by 1/(1-p). Identity when train is false or p is 0. p must be in
@@ -195,26 +196,26 @@ tg_tensor *tg_masked_fill(const tg_tensor *x, const tg_tensor *mask, double valu
  * of SplitMix64 seeded with k, as a 53-bit fraction (output >> 11) / 2^53,
  * is below p. So a seed fixes the mask whatever the thread count, and
  * backward makes the mask again from k instead of keeping it. */
-tg_tensor *tg_dropout(const tg_tensor *x, double p, bool train, tg_rng *rng);
+TG_API tg_tensor *tg_dropout(const tg_tensor *x, double p, bool train, tg_rng *rng);
 
 /* Normalises over the last norm_ndim dims, then scales by weight and adds
  * bias, both shaped like those dims (either may be NULL). Fused forward and
  * backward (autograd/op_layer_norm.c). */
-tg_tensor *tg_layer_norm(const tg_tensor *x, int norm_ndim, const tg_tensor *weight,
-                         const tg_tensor *bias, double eps);
+TG_API tg_tensor *tg_layer_norm(const tg_tensor *x, int norm_ndim, const tg_tensor *weight,
+                                const tg_tensor *bias, double eps);
 
 /* Rows of weight [num, dim] picked by int64 indices of any shape: the result
  * is indices.shape + [dim]. An index outside [0, num) is TG_ERR_INDEX. */
-tg_tensor *tg_embedding(const tg_tensor *weight, const tg_tensor *indices);
+TG_API tg_tensor *tg_embedding(const tg_tensor *weight, const tg_tensor *indices);
 
 /* Mean cross-entropy of logits [N, C] (or [C]) against int64 class targets
  * [N] (or a 0-dim target), fused log-softmax + NLL. Targets equal to
  * ignore_index are skipped and left out of the mean; when every target is
  * ignored the loss is NaN, as in PyTorch. Use -100 for PyTorch's default. */
-tg_tensor *tg_cross_entropy(const tg_tensor *logits, const tg_tensor *targets,
-                            int64_t ignore_index);
+TG_API tg_tensor *tg_cross_entropy(const tg_tensor *logits, const tg_tensor *targets,
+                                   int64_t ignore_index);
 /* Mean of (input - target)^2 over all elements; shapes must match. */
-tg_tensor *tg_mse_loss(const tg_tensor *input, const tg_tensor *target);
+TG_API tg_tensor *tg_mse_loss(const tg_tensor *input, const tg_tensor *target);
 
 /* ---- fused attention (autograd/op_attention.c) ----------------------------- */
 
@@ -237,9 +238,9 @@ tg_tensor *tg_mse_loss(const tg_tensor *input, const tg_tensor *target);
  * dropout), TG_ERR_DTYPE (q, k, v not one float dtype; mask not bool or
  * float), TG_ERR_SHAPE, TG_ERR_VALUE (scale not finite, dropout_p outside
  * [0, 1)). */
-tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
-                        const tg_tensor *mask, bool is_causal, double scale, double dropout_p,
-                        tg_rng *rng);
+TG_API tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
+                               const tg_tensor *mask, bool is_causal, double scale,
+                               double dropout_p, tg_rng *rng);
 
 /* tg_attention of the heads packed in one projection, as a self-attention
  * layer's fused q, k, v Linear makes them: qkv [B, T, 3 * heads * E] holds
@@ -253,8 +254,8 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
  * is_causal. Errors: TG_ERR_NULL (qkv; rng with dropout), TG_ERR_DTYPE
  * (not float), TG_ERR_SHAPE (qkv not 3-D, its last dim not 3 * heads * E,
  * or more heads than columns), TG_ERR_VALUE (heads < 1, scale not finite, dropout_p outside [0, 1)). */
-tg_tensor *tg_attention_qkvpacked(const tg_tensor *qkv, int64_t heads, bool is_causal,
-                                  double scale, double dropout_p, tg_rng *rng);
+TG_API tg_tensor *tg_attention_qkvpacked(const tg_tensor *qkv, int64_t heads, bool is_causal,
+                                         double scale, double dropout_p, tg_rng *rng);
 
 /* ---- gradient checking (autograd/gradcheck.c) ------------------------------ */
 
@@ -291,20 +292,20 @@ typedef struct {
  * every element of every float input; NaN anywhere fails. opts may be NULL
  * for the defaults. Returns 1 on pass, 0 on a mismatch, -1 on error (f
  * failed, or bad arguments); result may be NULL. */
-int tg_gradcheck(tg_gradcheck_fn f, void *ctx, tg_tensor *const *inputs, int n,
-                 const tg_gradcheck_options *opts, tg_gradcheck_result *result);
+TG_API int tg_gradcheck(tg_gradcheck_fn f, void *ctx, tg_tensor *const *inputs, int n,
+                        const tg_gradcheck_options *opts, tg_gradcheck_result *result);
 
 /* Checks the float32 code paths: runs f on float32 copies of the inputs and
  * on float64 copies, and compares the outputs and the analytic gradients at
  * float32 tolerance (atol and rtol of opts, defaults 1e-4 and 1e-3 here).
  * Same returns as tg_gradcheck. */
-int tg_gradcheck_float32(tg_gradcheck_fn f, void *ctx, tg_tensor *const *inputs, int n,
-                         const tg_gradcheck_options *opts, tg_gradcheck_result *result);
+TG_API int tg_gradcheck_float32(tg_gradcheck_fn f, void *ctx, tg_tensor *const *inputs, int n,
+                                const tg_gradcheck_options *opts, tg_gradcheck_result *result);
 
 /* Ops that ran backward during gradient checks in this process, for the
  * test that every op in the list has a case: seen[op] counts float64 checks
  * in [0] and float32 checks in [1]. */
-void tg_gradcheck_coverage(int64_t seen[][2], int count);
+TG_API void tg_gradcheck_coverage(int64_t seen[][2], int count);
 
 #ifdef __cplusplus
 }

@@ -36,15 +36,15 @@ typedef struct {
 
 /* Appends prefix.name (just name when prefix is NULL or ""); a name already
  * in the list is TG_ERR_VALUE. 0, or -1 on error. */
-int tg_params_add(tg_params *ps, const char *prefix, const char *name, tg_tensor *t);
+TG_API int tg_params_add(tg_params *ps, const char *prefix, const char *name, tg_tensor *t);
 /* The tensor called name, borrowed, or NULL (no error) if there is none. */
-tg_tensor *tg_params_find(const tg_params *ps, const char *name);
+TG_API tg_tensor *tg_params_find(const tg_params *ps, const char *name);
 /* Elements over all tensors. */
-int64_t tg_params_numel(const tg_params *ps);
+TG_API int64_t tg_params_numel(const tg_params *ps);
 /* Drops the entries past the first count: undoes additions that a failing
  * operation made partway. */
-void tg_params_truncate(tg_params *ps, int count);
-void tg_params_clear(tg_params *ps);
+TG_API void tg_params_truncate(tg_params *ps, int count);
+TG_API void tg_params_clear(tg_params *ps);
 
 /* ---- modules (nn/linear.c, nn/norm.c, nn/embedding.c) ---------------------- */
 /* Each _new initialises its parameters as PyTorch's defaults do, drawing
@@ -55,12 +55,12 @@ typedef struct {
     tg_tensor *weight; /* [out, in], U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform, a=sqrt(5)) */
     tg_tensor *bias;   /* [out] or NULL, U(-1/sqrt(in), 1/sqrt(in)) */
 } tg_linear;
-tg_linear *tg_linear_new(int64_t in_features, int64_t out_features, bool bias, tg_dtype dtype,
-                         tg_rng *rng);
+TG_API tg_linear *tg_linear_new(int64_t in_features, int64_t out_features, bool bias,
+                                tg_dtype dtype, tg_rng *rng);
 /* x [..., in] -> [..., out] = x @ weight^T + bias */
-tg_tensor *tg_linear_forward(const tg_linear *m, const tg_tensor *x);
-int tg_linear_params(const tg_linear *m, const char *prefix, tg_params *ps);
-void tg_linear_free(tg_linear *m);
+TG_API tg_tensor *tg_linear_forward(const tg_linear *m, const tg_tensor *x);
+TG_API int tg_linear_params(const tg_linear *m, const char *prefix, tg_params *ps);
+TG_API void tg_linear_free(tg_linear *m);
 
 typedef struct {
     int ndim;                          /* normalised trailing dims */
@@ -68,22 +68,22 @@ typedef struct {
     double eps;
     tg_tensor *weight, *bias;          /* ones and zeros, or NULL without affine */
 } tg_layer_norm_module;
-tg_layer_norm_module *tg_layer_norm_new(int ndim, const int64_t *shape, double eps, bool affine,
-                                        tg_dtype dtype);
-tg_tensor *tg_layer_norm_forward(const tg_layer_norm_module *m, const tg_tensor *x);
-int tg_layer_norm_params(const tg_layer_norm_module *m, const char *prefix, tg_params *ps);
-void tg_layer_norm_free(tg_layer_norm_module *m);
+TG_API tg_layer_norm_module *tg_layer_norm_new(int ndim, const int64_t *shape, double eps,
+                                               bool affine, tg_dtype dtype);
+TG_API tg_tensor *tg_layer_norm_forward(const tg_layer_norm_module *m, const tg_tensor *x);
+TG_API int tg_layer_norm_params(const tg_layer_norm_module *m, const char *prefix, tg_params *ps);
+TG_API void tg_layer_norm_free(tg_layer_norm_module *m);
 
 typedef struct {
     int64_t num_embeddings, embedding_dim;
     tg_tensor *weight; /* [num, dim], N(0, 1) */
 } tg_embedding_module;
-tg_embedding_module *tg_embedding_new(int64_t num_embeddings, int64_t embedding_dim,
-                                      tg_dtype dtype, tg_rng *rng);
+TG_API tg_embedding_module *tg_embedding_new(int64_t num_embeddings, int64_t embedding_dim,
+                                             tg_dtype dtype, tg_rng *rng);
 /* int64 indices of any shape -> indices.shape + [dim] */
-tg_tensor *tg_embedding_forward(const tg_embedding_module *m, const tg_tensor *indices);
-int tg_embedding_params(const tg_embedding_module *m, const char *prefix, tg_params *ps);
-void tg_embedding_free(tg_embedding_module *m);
+TG_API tg_tensor *tg_embedding_forward(const tg_embedding_module *m, const tg_tensor *indices);
+TG_API int tg_embedding_params(const tg_embedding_module *m, const char *prefix, tg_params *ps);
+TG_API void tg_embedding_free(tg_embedding_module *m);
 
 typedef struct {
     double p;   /* probability of zeroing an element, in [0, 1) */
@@ -91,7 +91,7 @@ typedef struct {
     tg_rng *rng; /* borrowed: must outlive the module */
 } tg_dropout_module;
 /* A stack value is fine: tg_dropout_module d = {0.1, true, rng}; */
-tg_tensor *tg_dropout_forward(const tg_dropout_module *m, const tg_tensor *x);
+TG_API tg_tensor *tg_dropout_forward(const tg_dropout_module *m, const tg_tensor *x);
 
 /* ---- attention (nn/sdpa.c, nn/attention.c) --------------------------------- */
 
@@ -102,10 +102,10 @@ tg_tensor *tg_dropout_forward(const tg_dropout_module *m, const tg_tensor *x);
  * i (with mask NULL). scale <= 0 means 1/sqrt(E). A query whose every key is
  * masked gets zero weights, not NaN. When weights is not NULL it receives the
  * attention weights [..., L, S] (after dropout). dropout_p needs rng. */
-tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_tensor *k,
-                                           const tg_tensor *v, const tg_tensor *mask,
-                                           double dropout_p, bool is_causal, double scale,
-                                           tg_rng *rng, tg_tensor **weights);
+TG_API tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_tensor *k,
+                                                  const tg_tensor *v, const tg_tensor *mask,
+                                                  double dropout_p, bool is_causal, double scale,
+                                                  tg_rng *rng, tg_tensor **weights);
 
 /* torch.nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first=True).
  * Parameter names: in_proj_weight [3E, E], in_proj_bias [3E], out_proj.weight
@@ -134,8 +134,8 @@ typedef struct {
  * starts in training mode, as in PyTorch, and keeps rng for dropout, so rng
  * must outlive it. embed_dim not divisible by num_heads, or dropout outside
  * [0, 1), is TG_ERR_VALUE. */
-tg_mha *tg_mha_new(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
-                   tg_dtype dtype, tg_rng *rng);
+TG_API tg_mha *tg_mha_new(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
+                          tg_dtype dtype, tg_rng *rng);
 /* query [B, L, E], key and value [B, S, E] (or unbatched [L, E], [S, E], with
  * key_padding_mask [S]) -> [B, L, E]. opts may be NULL (no masks, no
  * weights). attn_mask and key_padding_mask combine: a key either masks is
@@ -143,11 +143,11 @@ tg_mha *tg_mha_new(int64_t embed_dim, int64_t num_heads, double dropout, bool bi
  * the attention weights (after dropout, as PyTorch). A query whose every key
  * is masked gets zero weights, so its output is out_proj.bias (PyTorch gives
  * NaN). Bad shapes are TG_ERR_SHAPE, int64 masks TG_ERR_DTYPE. */
-tg_tensor *tg_mha_forward(const tg_mha *m, const tg_tensor *query, const tg_tensor *key,
-                          const tg_tensor *value, const tg_mha_options *opts,
-                          tg_tensor **weights);
-int tg_mha_params(const tg_mha *m, const char *prefix, tg_params *ps);
-void tg_mha_free(tg_mha *m);
+TG_API tg_tensor *tg_mha_forward(const tg_mha *m, const tg_tensor *query, const tg_tensor *key,
+                                 const tg_tensor *value, const tg_mha_options *opts,
+                                 tg_tensor **weights);
+TG_API int tg_mha_params(const tg_mha *m, const char *prefix, tg_params *ps);
+TG_API void tg_mha_free(tg_mha *m);
 
 /* ---- Transformer encoder (nn/encoder.c) ------------------------------------------ */
 
@@ -179,19 +179,19 @@ typedef struct {
     tg_layer_norm_module *norm1, *norm2;
 } tg_encoder_layer;
 
-tg_encoder_layer *tg_encoder_layer_new(const tg_encoder_config *config, tg_dtype dtype,
-                                       tg_rng *rng);
+TG_API tg_encoder_layer *tg_encoder_layer_new(const tg_encoder_config *config, tg_dtype dtype,
+                                              tg_rng *rng);
 /* src [B, T, d_model] (or unbatched [T, d_model]) -> the same shape;
  * src_mask [T, T] and src_key_padding_mask [B, T] as in tg_mha_options
  * (either may be NULL). Always PyTorch's general path: padded positions get
  * computed values, where PyTorch's inference fast path (eval mode, no grad,
  * nested tensors) would return zeros for them. */
-tg_tensor *tg_encoder_layer_forward(const tg_encoder_layer *m, const tg_tensor *src,
-                                    const tg_tensor *src_mask,
-                                    const tg_tensor *src_key_padding_mask);
-int tg_encoder_layer_params(const tg_encoder_layer *m, const char *prefix, tg_params *ps);
-void tg_encoder_layer_set_train(tg_encoder_layer *m, bool train);
-void tg_encoder_layer_free(tg_encoder_layer *m);
+TG_API tg_tensor *tg_encoder_layer_forward(const tg_encoder_layer *m, const tg_tensor *src,
+                                           const tg_tensor *src_mask,
+                                           const tg_tensor *src_key_padding_mask);
+TG_API int tg_encoder_layer_params(const tg_encoder_layer *m, const char *prefix, tg_params *ps);
+TG_API void tg_encoder_layer_set_train(tg_encoder_layer *m, bool train);
+TG_API void tg_encoder_layer_free(tg_encoder_layer *m);
 
 /* torch.nn.TransformerEncoder: num_layers layers ("layers.0.*", ...) each
  * initialised from rng in turn, then an optional final LayerNorm ("norm.*",
@@ -205,13 +205,13 @@ typedef struct {
     tg_layer_norm_module *norm; /* NULL without a final norm */
 } tg_encoder;
 
-tg_encoder *tg_encoder_new(const tg_encoder_config *layer, int num_layers, bool final_norm,
-                           tg_dtype dtype, tg_rng *rng);
-tg_tensor *tg_encoder_forward(const tg_encoder *m, const tg_tensor *src,
-                              const tg_tensor *mask, const tg_tensor *src_key_padding_mask);
-int tg_encoder_params(const tg_encoder *m, const char *prefix, tg_params *ps);
-void tg_encoder_set_train(tg_encoder *m, bool train);
-void tg_encoder_free(tg_encoder *m);
+TG_API tg_encoder *tg_encoder_new(const tg_encoder_config *layer, int num_layers, bool final_norm,
+                                  tg_dtype dtype, tg_rng *rng);
+TG_API tg_tensor *tg_encoder_forward(const tg_encoder *m, const tg_tensor *src,
+                                     const tg_tensor *mask, const tg_tensor *src_key_padding_mask);
+TG_API int tg_encoder_params(const tg_encoder *m, const char *prefix, tg_params *ps);
+TG_API void tg_encoder_set_train(tg_encoder *m, bool train);
+TG_API void tg_encoder_free(tg_encoder *m);
 
 /* ---- GPT (nn/gpt.c) ------------------------------------------------------------- */
 
@@ -230,23 +230,23 @@ typedef struct tg_gpt tg_gpt;
 
 /* Init as GPT-2: weights N(0, 0.02), c_proj weights N(0, 0.02/sqrt(2 n_layer)),
  * biases 0, LayerNorms ones/zeros. */
-tg_gpt *tg_gpt_new(const tg_gpt_config *config, tg_dtype dtype, tg_rng *rng);
-const tg_gpt_config *tg_gpt_config_of(const tg_gpt *m);
+TG_API tg_gpt *tg_gpt_new(const tg_gpt_config *config, tg_dtype dtype, tg_rng *rng);
+TG_API const tg_gpt_config *tg_gpt_config_of(const tg_gpt *m);
 /* idx int64 [B, T] (T <= block_size) -> logits [B, T, vocab]. When targets
  * (int64 [B, T]) is not NULL and loss is not NULL, *loss receives the mean
  * cross-entropy (targets of -1 are ignored). */
-tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor *targets,
-                          tg_tensor **loss);
+TG_API tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor *targets,
+                                 tg_tensor **loss);
 /* Names: transformer.wte.weight, transformer.wpe.weight,
  * transformer.h.<i>.ln_1.*, .attn.c_attn.*, .attn.c_proj.*, .ln_2.*,
  * .mlp.c_fc.*, .mlp.c_proj.*, transformer.ln_f.* (lm_head.weight is tied to
  * transformer.wte.weight and not listed twice). */
-int tg_gpt_params(const tg_gpt *m, tg_params *ps);
-void tg_gpt_set_train(tg_gpt *m, bool train);
+TG_API int tg_gpt_params(const tg_gpt *m, tg_params *ps);
+TG_API void tg_gpt_set_train(tg_gpt *m, bool train);
 /* The generator the model's dropout draws from (owned by the model, seeded
  * from the rng given to tg_gpt_new): save and restore its state, e.g. with
  * tg_rng_state_tensor, to resume a run bit for bit. */
-tg_rng *tg_gpt_rng(const tg_gpt *m);
+TG_API tg_rng *tg_gpt_rng(const tg_gpt *m);
 
 typedef struct {
     double temperature; /* > 0; logits are divided by it */
@@ -258,17 +258,17 @@ typedef struct {
  * prompt_len + n tokens to out. Uses a KV cache, so each new token costs one
  * position; past block_size tokens the context slides. rng may be NULL when
  * greedy. 0, or -1 on error. */
-int tg_gpt_generate(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
-                    const tg_sample_options *opts, tg_rng *rng, int64_t *out);
+TG_API int tg_gpt_generate(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
+                           const tg_sample_options *opts, tg_rng *rng, int64_t *out);
 /* tg_gpt_generate that hands each new token to on_token(token, ctx) as soon
  * as it is chosen, before the next one is computed (to print a stream, for
  * example). A nonzero return from on_token stops generation there; that is
  * not an error: the call returns 0 and out holds the prompt and the tokens
  * made so far. on_token NULL is tg_gpt_generate. */
-int tg_gpt_generate_each(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
-                         const tg_sample_options *opts, tg_rng *rng, int64_t *out,
-                         int (*on_token)(int64_t token, void *ctx), void *ctx);
-void tg_gpt_free(tg_gpt *m);
+TG_API int tg_gpt_generate_each(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
+                                const tg_sample_options *opts, tg_rng *rng, int64_t *out,
+                                int (*on_token)(int64_t token, void *ctx), void *ctx);
+TG_API void tg_gpt_free(tg_gpt *m);
 
 /* ---- optimizers (nn/optim.c) ------------------------------------------------- */
 /* PyTorch 1.13's update formulas (torch.optim, foreach=False), computed in
@@ -286,27 +286,27 @@ typedef struct tg_optim tg_optim;
 /* SGD with momentum (dampening 0, nesterov off) and L2 weight decay:
  *   g += wd * p;  buf = g at a parameter's first step, else momentum * buf + g;
  *   p -= lr * buf  (p -= lr * g without momentum). */
-tg_optim *tg_sgd_new(const tg_params *ps, double lr, double momentum, double weight_decay);
+TG_API tg_optim *tg_sgd_new(const tg_params *ps, double lr, double momentum, double weight_decay);
 /* Adam, L2 weight decay added to the gradient; t is the parameter's step:
  *   g += wd * p;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
  *   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
-tg_optim *tg_adam_new(const tg_params *ps, double lr, double beta1, double beta2, double eps,
-                      double weight_decay);
+TG_API tg_optim *tg_adam_new(const tg_params *ps, double lr, double beta1, double beta2, double eps,
+                             double weight_decay);
 /* AdamW: decoupled weight decay, p *= 1 - lr * wd, then the Adam step
  * without the L2 term. */
-tg_optim *tg_adamw_new(const tg_params *ps, double lr, double beta1, double beta2, double eps,
-                       double weight_decay);
+TG_API tg_optim *tg_adamw_new(const tg_params *ps, double lr, double beta1, double beta2,
+                              double eps, double weight_decay);
 /* One step for every parameter that has a gradient. 0, or -1 (TG_ERR_NULL;
  * TG_ERR_STATE, with no parameter changed, if a gradient's shape or dtype
  * differs from its parameter's). */
-int tg_optim_step(tg_optim *opt);
+TG_API int tg_optim_step(tg_optim *opt);
 /* Forgets every parameter's gradient (PyTorch's set_to_none). NULL: no-op. */
-void tg_optim_zero_grad(tg_optim *opt);
+TG_API void tg_optim_zero_grad(tg_optim *opt);
 /* lr < 0 (or NaN) is TG_ERR_VALUE and keeps the old rate. */
-void tg_optim_set_lr(tg_optim *opt, double lr);
-double tg_optim_lr(const tg_optim *opt);
+TG_API void tg_optim_set_lr(tg_optim *opt, double lr);
+TG_API double tg_optim_lr(const tg_optim *opt);
 /* Calls of tg_optim_step so far. */
-int64_t tg_optim_steps(const tg_optim *opt);
+TG_API int64_t tg_optim_steps(const tg_optim *opt);
 /* The optimizer's state, added to out as new tensors (copies) named:
  *   "step"                     int64 [], tg_optim_steps
  *   "step.<param name>"        int64 [], the steps in which it had a gradient
@@ -318,9 +318,9 @@ int64_t tg_optim_steps(const tg_optim *opt);
  * name (TG_ERR_VALUE), a shape mismatch (TG_ERR_SHAPE) or a non-float moment
  * (TG_ERR_DTYPE) changes nothing. Names it does not know are ignored, so one
  * checkpoint may also hold the model. Saving and loading resume bit for bit. */
-int tg_optim_state(const tg_optim *opt, tg_params *out);
-int tg_optim_load_state(tg_optim *opt, const tg_params *state);
-void tg_optim_free(tg_optim *opt);
+TG_API int tg_optim_state(const tg_optim *opt, tg_params *out);
+TG_API int tg_optim_load_state(tg_optim *opt, const tg_params *state);
+TG_API void tg_optim_free(tg_optim *opt);
 
 /* Scales every gradient in ps so that their global L2 norm is at most
  * max_norm, like torch.nn.utils.clip_grad_norm_: norm = sqrt(sum of g^2 over
@@ -328,7 +328,7 @@ void tg_optim_free(tg_optim *opt);
  * (norm + 1e-6) is below 1 (or NaN) every gradient is multiplied by it.
  * Parameters without a gradient are skipped. Returns the norm before
  * clipping, or -1 on error (TG_ERR_NULL; TG_ERR_VALUE for max_norm < 0). */
-double tg_clip_grad_norm(const tg_params *ps, double max_norm);
+TG_API double tg_clip_grad_norm(const tg_params *ps, double max_norm);
 
 /* The learning rate at step (0-based) of a linear warmup then a cosine decay:
  *   step < warmup:           lr_max * (step + 1) / warmup
@@ -336,8 +336,8 @@ double tg_clip_grad_norm(const tg_params *ps, double max_norm);
  *                            p = (step - warmup) / (total - warmup)
  *   step >= total:           lr_min
  * NAN with TG_ERR_VALUE when a count or a rate is negative. */
-double tg_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, double lr_max,
-                           double lr_min);
+TG_API double tg_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, double lr_max,
+                                  double lr_min);
 
 /* ---- safetensors checkpoints (nn/safetensors.c, nn/save_path.c) ------------ */
 /* The format: 8-byte little-endian header length N, N bytes of JSON mapping
@@ -365,8 +365,8 @@ double tg_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, double l
  *   A writer killed mid-save leaves its temporary file; the next save to the
  * same target deletes those whose process no longer runs (names of exactly
  * that pattern only; a live writer's file is never touched). */
-int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,
-                        const char *const *keys, const char *const *values);
+TG_API int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,
+                               const char *const *keys, const char *const *values);
 /* Checks now that tg_safetensors_save(path, ...) could replace or create
  * path: resolves it as save does (a symlink is followed to its target),
  * refuses what save would refuse (an empty path, a directory, an existing
@@ -375,7 +375,7 @@ int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,
  * would give (TG_ERR_IO, the message naming this function and the path). A
  * NULL path is TG_ERR_NULL. The answer holds for now only: the file system
  * may change before the save. */
-int tg_safetensors_check_writable(const char *path);
+TG_API int tg_safetensors_check_writable(const char *path);
 /* Reads every tensor of path into out (as new contiguous tensors, names as
  * in the file). Rejects, with a message naming the problem and the file:
  * a truncated file, a header length past the end, malformed JSON, an unknown
@@ -385,12 +385,12 @@ int tg_safetensors_check_writable(const char *path);
  * FIFO)"), reported at once, without opening it, so a FIFO never blocks. A
  * missing or unreadable file is TG_ERR_IO too. On error out is left as it
  * was. */
-int tg_safetensors_load(const char *path, tg_params *out);
+TG_API int tg_safetensors_load(const char *path, tg_params *out);
 /* Copies the file's tensors into the tensors of ps, matched by name: all or
  * nothing. A missing name, an unexpected name, or a shape or dtype mismatch
  * is an error and changes no parameter. The file is read and refused as by
  * tg_safetensors_load. */
-int tg_safetensors_load_into(const char *path, const tg_params *ps);
+TG_API int tg_safetensors_load_into(const char *path, const tg_params *ps);
 
 #ifdef __cplusplus
 }

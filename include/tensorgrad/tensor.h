@@ -21,8 +21,18 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <tensorgrad/tg_version.h> /* TG_VERSION_MAJOR, _MINOR, _PATCH, _STRING */
+
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* Marks a public function: the library is built with hidden visibility, so
+ * what a public header declares with TG_API is all it exports. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TG_API __attribute__((visibility("default")))
+#else
+#define TG_API
 #endif
 
 #define TG_MAX_DIMS 8
@@ -54,25 +64,25 @@ typedef enum {
 /* The code and message of the first error recorded on this thread since the
  * last tg_error_clear(). The message is "" when there is none; the pointer
  * stays valid until the next error or clear on this thread. */
-tg_error tg_error_code(void);
-const char *tg_error_message(void);
-void tg_error_clear(void);
-const char *tg_error_name(tg_error code);
+TG_API tg_error tg_error_code(void);
+TG_API const char *tg_error_message(void);
+TG_API void tg_error_clear(void);
+TG_API const char *tg_error_name(tg_error code);
 
 /* Called on every recorded error (the first of a chain and later ones),
  * for example to break in a debugger or abort during development.
  * NULL removes the handler. The handler is process-wide. */
 typedef void (*tg_error_handler)(tg_error code, const char *message, void *user);
-void tg_set_error_handler(tg_error_handler handler, void *user);
+TG_API void tg_set_error_handler(tg_error_handler handler, void *user);
 
 /* ---- lifetime ---------------------------------------------------------- */
 
 /* Adds a reference and returns t (NULL stays NULL). */
-tg_tensor *tg_retain(const tg_tensor *t);
+TG_API tg_tensor *tg_retain(const tg_tensor *t);
 /* Drops a reference; the last one frees the tensor. NULL does nothing. */
-void tg_release(tg_tensor *t);
+TG_API void tg_release(tg_tensor *t);
 /* Tensors alive in the process: tests assert it returns to its old value. */
-int64_t tg_live_tensors(void);
+TG_API int64_t tg_live_tensors(void);
 
 /* ---- checked mode ------------------------------------------------------- */
 /* Releasing a tensor twice, or using one after its last reference (or its
@@ -96,8 +106,8 @@ int64_t tg_live_tensors(void);
  * loads (TG_CHECKED=0 turns it off), or by default in a library configured
  * with -Dchecked=true. Without it a second release is still refused while
  * the header has not been reused, but nothing is printed. */
-bool tg_checked(void);
-void tg_release_at(tg_tensor *t, const char *file, int line);
+TG_API bool tg_checked(void);
+TG_API void tg_release_at(tg_tensor *t, const char *file, int line);
 #ifdef TG_CHECKED
 #define tg_release(t) tg_release_at((t), __FILE__, __LINE__)
 #endif
@@ -114,14 +124,14 @@ void tg_release_at(tg_tensor *t, const char *file, int line);
  * use the library. Tests use it to fail the Nth allocation. */
 typedef void *(*tg_alloc_fn)(size_t size, void *user);
 typedef void (*tg_free_fn)(void *ptr, void *user);
-void tg_set_allocator(tg_alloc_fn alloc, tg_free_fn free, void *user);
+TG_API void tg_set_allocator(tg_alloc_fn alloc, tg_free_fn free, void *user);
 /* Storage that malloc made is not freed when its last tensor goes: it waits
  * (up to 1 GiB in all) to serve a later tensor of about the same size, or
  * of up to half its size when none of the request's own size waits, so
  * that a training step that repeats allocates nothing once warmed up. A hook
  * set with tg_set_allocator bypasses this cache. This frees what it holds
  * (it also empties itself when malloc fails). Thread-safe. */
-void tg_release_cached_memory(void);
+TG_API void tg_release_cached_memory(void);
 
 /* ---- scopes -------------------------------------------------------------- */
 /* Model code builds a forward pass one op per line without releasing each
@@ -137,75 +147,75 @@ void tg_release_cached_memory(void);
  * tg_scope_end_keep(t) ends the scope but hands t's reference to the
  * enclosing scope, or to the caller when there is none. tg_retain(t) inside a
  * scope gives you a reference of your own that you must release. */
-void tg_scope_begin(void);
+TG_API void tg_scope_begin(void);
 /* Ends the innermost scope; -1 with TG_ERR_STATE when none is open. */
-int tg_scope_end(void);
-tg_tensor *tg_scope_end_keep(tg_tensor *t);
+TG_API int tg_scope_end(void);
+TG_API tg_tensor *tg_scope_end_keep(tg_tensor *t);
 /* Scopes open on this thread. */
-int tg_scope_depth(void);
+TG_API int tg_scope_depth(void);
 
 /* ---- creation ---------------------------------------------------------- */
 /* shape has ndim entries, 0 <= ndim <= TG_MAX_DIMS, each >= 0. */
 
-tg_tensor *tg_zeros(tg_dtype dtype, int ndim, const int64_t *shape);
-tg_tensor *tg_ones(tg_dtype dtype, int ndim, const int64_t *shape);
-tg_tensor *tg_full(tg_dtype dtype, int ndim, const int64_t *shape, double value);
+TG_API tg_tensor *tg_zeros(tg_dtype dtype, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_ones(tg_dtype dtype, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_full(tg_dtype dtype, int ndim, const int64_t *shape, double value);
 /* [start, start+step, ...) up to but excluding end: a 1-D tensor. */
-tg_tensor *tg_arange(tg_dtype dtype, double start, double end, double step);
+TG_API tg_tensor *tg_arange(tg_dtype dtype, double start, double end, double step);
 /* Copies numel(shape) elements from data, which holds values of `dtype`
  * (float, double, int64_t or bool) in row-major order. */
-tg_tensor *tg_from_data(tg_dtype dtype, int ndim, const int64_t *shape, const void *data);
+TG_API tg_tensor *tg_from_data(tg_dtype dtype, int ndim, const int64_t *shape, const void *data);
 /* A 0-dim tensor holding value. */
-tg_tensor *tg_scalar(tg_dtype dtype, double value);
+TG_API tg_tensor *tg_scalar(tg_dtype dtype, double value);
 /* The causal mask for n positions: bool [n, n], true above the diagonal
  * (a query may not look at later keys). */
-tg_tensor *tg_causal_mask(int64_t n);
+TG_API tg_tensor *tg_causal_mask(int64_t n);
 
 /* ---- random numbers ----------------------------------------------------- */
 /* A seeded generator (xoshiro256**): the same seed gives the same numbers on
  * every machine and at every thread count. Not shared between threads. */
 
 typedef struct tg_rng tg_rng;
-tg_rng *tg_rng_new(uint64_t seed);
-void tg_rng_free(tg_rng *rng);
-void tg_rng_seed(tg_rng *rng, uint64_t seed);
-uint64_t tg_rng_next(tg_rng *rng);      /* 64 random bits */
-double tg_rng_uniform01(tg_rng *rng);    /* in [0, 1) */
-double tg_rng_normal(tg_rng *rng);       /* standard normal */
+TG_API tg_rng *tg_rng_new(uint64_t seed);
+TG_API void tg_rng_free(tg_rng *rng);
+TG_API void tg_rng_seed(tg_rng *rng, uint64_t seed);
+TG_API uint64_t tg_rng_next(tg_rng *rng);    /* 64 random bits */
+TG_API double tg_rng_uniform01(tg_rng *rng); /* in [0, 1) */
+TG_API double tg_rng_normal(tg_rng *rng);    /* standard normal */
 /* The generator's whole state, to save and restore a run bit for bit. */
-void tg_rng_get_state(const tg_rng *rng, uint64_t state[4]);
-void tg_rng_set_state(tg_rng *rng, const uint64_t state[4]);
+TG_API void tg_rng_get_state(const tg_rng *rng, uint64_t state[4]);
+TG_API void tg_rng_set_state(tg_rng *rng, const uint64_t state[4]);
 /* The same state as an int64 [4] tensor holding the four words' bits, to
  * save in a checkpoint beside the parameters; and back from one (anything but
  * an int64 tensor of 4 elements is TG_ERR_SHAPE or TG_ERR_DTYPE). */
-tg_tensor *tg_rng_state_tensor(const tg_rng *rng);
-int tg_rng_set_state_tensor(tg_rng *rng, const tg_tensor *state);
+TG_API tg_tensor *tg_rng_state_tensor(const tg_rng *rng);
+TG_API int tg_rng_set_state_tensor(tg_rng *rng, const tg_tensor *state);
 
 /* Uniform in [low, high), and normal with mean and std: float dtypes. */
-tg_tensor *tg_uniform(tg_rng *rng, tg_dtype dtype, int ndim, const int64_t *shape,
-                      double low, double high);
-tg_tensor *tg_rand(tg_rng *rng, tg_dtype dtype, int ndim, const int64_t *shape);
-tg_tensor *tg_randn(tg_rng *rng, tg_dtype dtype, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_uniform(tg_rng *rng, tg_dtype dtype, int ndim, const int64_t *shape,
+                             double low, double high);
+TG_API tg_tensor *tg_rand(tg_rng *rng, tg_dtype dtype, int ndim, const int64_t *shape);
+TG_API tg_tensor *tg_randn(tg_rng *rng, tg_dtype dtype, int ndim, const int64_t *shape);
 
 /* ---- accessors ---------------------------------------------------------- */
 /* Given NULL these return 0, -1 or NULL and record TG_ERR_NULL. */
 
-int tg_ndim(const tg_tensor *t);
+TG_API int tg_ndim(const tg_tensor *t);
 /* Size of dim d; negative d counts from the end. -1 on error. */
-int64_t tg_size(const tg_tensor *t, int d);
+TG_API int64_t tg_size(const tg_tensor *t, int d);
 /* Pointer to the t's ndim sizes (valid while t lives). */
-const int64_t *tg_shape(const tg_tensor *t);
-const int64_t *tg_strides(const tg_tensor *t);
-int64_t tg_numel(const tg_tensor *t);
-tg_dtype tg_dtype_of(const tg_tensor *t);
-const char *tg_dtype_name(tg_dtype dtype);
-size_t tg_dtype_size(tg_dtype dtype);
-bool tg_is_contiguous(const tg_tensor *t);
+TG_API const int64_t *tg_shape(const tg_tensor *t);
+TG_API const int64_t *tg_strides(const tg_tensor *t);
+TG_API int64_t tg_numel(const tg_tensor *t);
+TG_API tg_dtype tg_dtype_of(const tg_tensor *t);
+TG_API const char *tg_dtype_name(tg_dtype dtype);
+TG_API size_t tg_dtype_size(tg_dtype dtype);
+TG_API bool tg_is_contiguous(const tg_tensor *t);
 /* The value of a one-element tensor, as a double. NAN and an error if t
  * does not hold exactly one element. */
-double tg_item(const tg_tensor *t);
+TG_API double tg_item(const tg_tensor *t);
 /* Element at a multi-index (ndim entries), as a double; NAN on error. */
-double tg_get(const tg_tensor *t, const int64_t *index);
+TG_API double tg_get(const tg_tensor *t, const int64_t *index);
 /* Pointer to t's first element. Only for contiguous tensors (check
  * tg_is_contiguous, or call tg_contiguous first); NULL otherwise. Writing
  * through it changes every view of the same storage.
@@ -214,13 +224,13 @@ double tg_get(const tg_tensor *t, const int64_t *index);
  * used them then fails with TG_ERR_STATE rather than compute a wrong
  * gradient. Fill a tensor before using it, or read through tg_data_const,
  * which changes nothing. */
-void *tg_data(const tg_tensor *t);
-const void *tg_data_const(const tg_tensor *t);
+TG_API void *tg_data(const tg_tensor *t);
+TG_API const void *tg_data_const(const tg_tensor *t);
 /* Copies t's elements, in row-major order, into out as `dtype`; returns 0,
  * or -1 if the buffer (capacity elements) is too small. */
-int tg_copy_to(const tg_tensor *t, tg_dtype dtype, void *out, int64_t capacity);
+TG_API int tg_copy_to(const tg_tensor *t, tg_dtype dtype, void *out, int64_t capacity);
 /* True when a and b share storage. */
-bool tg_shares_storage(const tg_tensor *a, const tg_tensor *b);
+TG_API bool tg_shares_storage(const tg_tensor *a, const tg_tensor *b);
 
 /* ---- printing ---------------------------------------------------------- */
 
@@ -228,11 +238,54 @@ bool tg_shares_storage(const tg_tensor *a, const tg_tensor *b);
  * is not float32 or int64, requires_grad=True on a leaf that requires grad,
  * the middle of large dims elided with "...", and a final newline.
  * Returns 0, or -1 on error. */
-int tg_print_to(FILE *f, const tg_tensor *t);
-int tg_print(const tg_tensor *t);
+TG_API int tg_print_to(FILE *f, const tg_tensor *t);
+TG_API int tg_print(const tg_tensor *t);
 /* The same text without the newline into buf (always terminated); returns
  * the length the full text needs, like snprintf, or -1 on error. */
-int tg_format(char *buf, size_t size, const tg_tensor *t);
+TG_API int tg_format(char *buf, size_t size, const tg_tensor *t);
+
+/* ---- version, threads and build info ------------------------------------ */
+
+/* The version of the library loaded at run time, e.g. "0.1.0" (a static
+ * string). TG_VERSION_STRING is the version of the headers a program was
+ * compiled with; the two differ when it loads another build. */
+TG_API const char *tg_version(void);
+
+/* Sets the threads the library's parallel loops and its OpenBLAS calls use
+ * to n, 1 <= n <= 1024; returns 0, or -1 with TG_ERR_VALUE for any other n.
+ * OpenMP keeps its count per thread: this sets it for loops started from the
+ * calling thread (OMP_NUM_THREADS sets every thread's default), and
+ * OpenBLAS's, which is process-wide. Without OpenMP the library runs on one
+ * thread: any valid n is accepted and tg_num_threads() stays 1. Training
+ * gives the same bits on one thread as on two. */
+TG_API int tg_set_num_threads(int n);
+/* The threads a parallel loop started from the calling thread may use (1
+ * without OpenMP). */
+TG_API int tg_num_threads(void);
+
+/* What the library was built with and what it picked on this machine. The
+ * strings are static, valid for the life of the process. */
+typedef struct {
+    const char *version;     /* tg_version() */
+    const char *compiler;    /* what compiled the library, e.g. "gcc 12.2.0" */
+    const char *gemm_isa;    /* the built-in float32 matmul kernels in use, picked at run
+                                time: "avx512", "avx2" or "portable" (always under valgrind) */
+    bool avx512_bf16;        /* the CPU has AVX512_BF16 (reported only; nothing uses it) */
+    const char *blas;        /* "OpenBLAS" or "none" */
+    const char *blas_config; /* OpenBLAS's openblas_get_config(): version and build; or "" */
+    const char *blas_core;   /* the CPU core OpenBLAS tuned for, e.g. "Zen"; or "" */
+    bool openmp;             /* built with OpenMP */
+    int threads;             /* tg_num_threads() */
+} tg_build_info;
+
+/* Fills *info; returns 0, or -1 with TG_ERR_NULL when info is NULL. */
+TG_API int tg_build_info_get(tg_build_info *info);
+/* The same as one line into buf (always terminated), e.g.
+ *   tensorgrad 0.1.0 (gcc 12.2.0); gemm: avx512; avx512_bf16: no;
+ *   blas: OpenBLAS 0.3.21 DYNAMIC_ARCH ... (core Zen); openmp: yes, 2 threads
+ * Returns the length the whole line needs, like snprintf (buf may be NULL
+ * when size is 0), or -1 with TG_ERR_NULL when buf is NULL and size is not. */
+TG_API int tg_build_info_format(char *buf, size_t size);
 
 #ifdef __cplusplus
 }
