@@ -1,5 +1,5 @@
 /* The tiled passes of the fused attention (attention_tiles.c), which both
- * attention ops of op_attention.c run: the plan they read, the gradient
+ * attention ops of autograd/op_attention.c run: the plan they read, the gradient
  * layout the backward writes, and the two passes. Never installed. */
 #ifndef TG_ATTENTION_TILES_H
 #define TG_ATTENTION_TILES_H

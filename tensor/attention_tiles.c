@@ -4,7 +4,7 @@
  * which recomputes the tiles from q, k and the per-row logsumexp saved by
  * the forward, and the dropout mask from its key. A short problem, one tile
  * per batch, keeps its weights instead. The row arithmetic on a tile is
- * attention_rows.c's; the ops that plan the passes are op_attention.c's. */
+ * attention_rows.c's; the ops that plan the passes are autograd/op_attention.c's. */
 #include "attention_tiles.h"
 #include "attention_rows.h"
 #include "dropout_mask.h"
