@@ -1,5 +1,6 @@
-/* The row kernels of layer_norm (autograd/op_layer_norm.c), shared with the
- * ops that recompute a layer norm in their own backward. Never installed. */
+/* The checks and gradients of layer_norm (autograd/op_layer_norm.c), shared
+ * with the ops that recompute a layer norm in their own backward; its row
+ * kernels are in tensor/layer_norm_kernels.h. Never installed. */
 #ifndef TG_LAYER_NORM_H
 #define TG_LAYER_NORM_H
 
@@ -8,12 +9,6 @@
 /* The checks of tg_layer_norm, with errors naming fn. 0, or -1 (recorded). */
 int tg__layer_norm_check(const char *fn, const tg_tensor *x, int norm_ndim,
                          const tg_tensor *weight, const tg_tensor *bias, double eps);
-
-/* out = layer_norm(x) over rows of d elements, all contiguous in dt; w, b:
- * [d] or NULL; mean, rstd: [rows] float64, the values backward needs. The
- * same inputs always give the same bits, on any thread count. */
-void tg__layer_norm_rows(void *out, double *mean, double *rstd, const void *x, const void *w,
-                         const void *b, int64_t rows, int64_t d, double eps, tg_dtype dt);
 
 /* The gradients of layer_norm(x, norm_ndim, w, b) given g, from the rows'
  * mean and rstd (float64 [rows]): dx, dw, db into grads[0..2] for each

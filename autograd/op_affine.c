@@ -5,11 +5,14 @@
  * the output rows start as copies of the bias and the GEMM adds the product
  * onto them. Either way there is no separate bias pass and no product kept
  * apart from the output. Backward: dx = dy @ weight, dweight = dy^T @ x (summed
- * over every leading dim), dbias = dy summed over the rows. */
+ * over every leading dim), dbias = dy summed over the rows. The GEMMs are in
+ * tensor/gemm*.c, the bias rows in tensor/affine_kernels.c. */
+#include "affine_kernels.h"
 #include "gemm.h"
 #include "graph.h"
 #include "kernels.h"
 #include "layer_norm.h"
+#include "layer_norm_kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -65,9 +68,7 @@ static int fused_weight_and_bias_grads(const tg_tensor *gc, const tg_tensor *xv,
     if (rc == 0 && !b)
         rc = -1;
     if (b) {
-        float *bp = tg__ptr(b);
-        for (int64_t j = 0; j < out; j++)
-            bp[j] = (float)sums[j];
+        tg__f64_to_f32(tg__ptr(b), sums, out);
         *db = tg__ret(b);
     }
     free(sums);
@@ -150,36 +151,6 @@ static int affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
     return rc;
 }
 
-/* rows copies of the row b (row_bytes) one after another at y: the first
- * copied from b, then the rows done so far copied after themselves, up to
- * a block of about REPEAT_BYTES that stays in L1 and is copied from then
- * on: short rows cost a few long copies rather than a call each. */
-#define REPEAT_BYTES 4096
-static void repeat_row(char *y, const void *b, size_t row_bytes, int64_t rows)
-{
-    if (rows <= 0)
-        return;
-    memcpy(y, b, row_bytes);
-    int64_t block = row_bytes < REPEAT_BYTES ? (int64_t)(REPEAT_BYTES / row_bytes) : 1;
-    for (int64_t done = 1; done < rows;) {
-        int64_t n = done < block ? done : block;
-        n = n < rows - done ? n : rows - done;
-        memcpy(y + (size_t)done * row_bytes, y, (size_t)n * row_bytes);
-        done += n;
-    }
-}
-
-/* The rows of y (out elements of es bytes each) start as copies of the
- * bias row b, one block of rows per thread when there are enough (on one
- * thread this copy costs a small model a few % of its step). */
-static void fill_rows(char *y, const void *b, size_t es, int64_t out, int64_t rows)
-{
-    size_t row_bytes = (size_t)out * es;
-    /* copying an element costs about a quarter of an add */
-    TG_FOR_ROWS(rows, out / 4, r0, r1,
-                repeat_row(y + (size_t)r0 * row_bytes, b, row_bytes, r1 - r0));
-}
-
 static tg__unary_kind gelu_of(int64_t kind)
 {
     return kind == TG_GELU_TANH ? TG_UN_GELU_TANH : TG_UN_GELU_ERF;
@@ -212,7 +183,7 @@ static tg_tensor *product(const tg_tensor *xc, const tg_tensor *weight, const tg
         if (rc == 1 && gelu >= 0 && !a)
             rc = -1;
         if (rc == 1 && bc)
-            fill_rows(yp, tg__ptr(bc), tg_dtype_size(xc->dtype), out, rows);
+            tg__fill_rows(yp, tg__ptr(bc), tg_dtype_size(xc->dtype), out, rows);
         if (rc == 1)
             rc = tg__gemm(xc->dtype, false, false, true, rows, out, in, 1.0,
                           tg__ptr(a ? a : xc), in, tg__ptr(wc), in, bc ? 1.0 : 0.0, yp, out);

@@ -2,6 +2,7 @@
  * backward scatters the output gradient back into the picked rows, adding
  * where an index repeats. */
 #include "graph.h"
+#include "index_kernels.h"
 
 #include <string.h>
 
@@ -40,48 +41,6 @@ static int check_range(const int64_t *idx, int64_t n, int64_t num)
     return 0;
 }
 
-/* out[i, :] = weight[idx[i], :] for i in [i0, i1); out: [n, dim]
- * contiguous, weight any layout. */
-static void gather_rows(tg_tensor *out, const tg_tensor *weight, const int64_t *idx, int64_t i0,
-                        int64_t i1)
-{
-    int64_t dim = weight->shape[1], s0 = weight->stride[0], s1 = weight->stride[1];
-    for (int64_t i = i0; i < i1; i++) {
-        int64_t src = idx[i] * s0;
-        if (weight->dtype == TG_FLOAT32) {
-            const float *w = (const float *)tg__ptr(weight) + src;
-            float *o = (float *)tg__ptr(out) + i * dim;
-            for (int64_t j = 0; j < dim; j++)
-                o[j] = w[j * s1];
-        } else {
-            const double *w = (const double *)tg__ptr(weight) + src;
-            double *o = (double *)tg__ptr(out) + i * dim;
-            for (int64_t j = 0; j < dim; j++)
-                o[j] = w[j * s1];
-        }
-    }
-}
-
-/* dweight[idx[i], :] += g[i, :]; dweight [num, dim] and g [n, dim] contiguous. */
-static void scatter_add_rows(tg_tensor *dweight, const tg_tensor *g, const int64_t *idx,
-                             int64_t n)
-{
-    int64_t dim = dweight->shape[1];
-    for (int64_t i = 0; i < n; i++) {
-        if (g->dtype == TG_FLOAT32) {
-            float *d = (float *)tg__ptr(dweight) + idx[i] * dim;
-            const float *s = (const float *)tg__ptr(g) + i * dim;
-            for (int64_t j = 0; j < dim; j++)
-                d[j] += s[j];
-        } else {
-            double *d = (double *)tg__ptr(dweight) + idx[i] * dim;
-            const double *s = (const double *)tg__ptr(g) + i * dim;
-            for (int64_t j = 0; j < dim; j++)
-                d[j] += s[j];
-        }
-    }
-}
-
 static int embedding_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 {
     const tg_tensor *weight = n->inputs[0];
@@ -90,7 +49,7 @@ static int embedding_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
     tg_tensor *dw = tg__empty(weight->dtype, 2, weight->shape); /* zero-filled */
     int rc = -1;
     if (gc && dw) {
-        scatter_add_rows(dw, gc, tg__ptr(idx), tg__numel(idx->ndim, idx->shape));
+        tg__scatter_add_rows(dw, gc, tg__ptr(idx), tg__numel(idx->ndim, idx->shape));
         grads[0] = tg__ret(tg_retain(dw));
         rc = 0;
     }
@@ -123,8 +82,7 @@ tg_tensor *tg_embedding(const tg_tensor *weight, const tg_tensor *indices)
     tg_tensor *kept = !grad ? NULL : ic == indices ? tg__convert(ic, TG_INT64) : tg_retain(ic);
     tg_tensor *out = grad && !kept ? NULL : tg__empty_uninit(weight->dtype, indices->ndim + 1, shape);
     if (out) {
-        const int64_t *idx = tg__ptr(ic);
-        TG_FOR_ROWS(n, weight->shape[1], i0, i1, gather_rows(out, weight, idx, i0, i1));
+        tg__gather_rows(out, weight, tg__ptr(ic), n);
     }
     tg_release(ic);
     tg_node *node;

@@ -1,6 +1,7 @@
 /* Reductions: sum and mean over chosen dims, and max along one dim with its
  * indices. Backward spreads the gradient back over the reduced dims. */
 #include "graph.h"
+#include "index_kernels.h"
 #include "kernels.h"
 
 #include <string.h>
@@ -152,50 +153,6 @@ tg_tensor *tg_mean(const tg_tensor *x, const int *dims, int ndims, bool keepdim)
 
 /* ---- max along a dim ------------------------------------------------------- */
 
-/* values and indices of the maximum of x along dim, keepdim shape. NaN
- * counts as the largest value, as in PyTorch. */
-static int max_kernel(const tg_tensor *x, int dim, tg_tensor **values, tg_tensor **indices)
-{
-    int64_t shape[TG_MAX_DIMS];
-    memcpy(shape, x->shape, sizeof shape);
-    shape[dim] = 1;
-    *values = tg__empty_uninit(x->dtype, x->ndim, shape); /* each written below */
-    *indices = tg__empty_uninit(TG_INT64, x->ndim, shape);
-    if (!*values || !*indices)
-        return -1;
-    int64_t strides[3][TG_MAX_DIMS];
-    memcpy(strides[0], (*values)->stride, sizeof strides[0]);
-    memcpy(strides[1], (*indices)->stride, sizeof strides[1]);
-    memcpy(strides[2], x->stride, sizeof strides[2]);
-    tg__iter it;
-    tg__iter_init(&it, x->ndim, shape, 3, (const int64_t(*)[TG_MAX_DIMS])strides);
-    int64_t len = x->shape[dim], step = x->stride[dim];
-    if (!it.len)
-        return 0;
-    do {
-        for (int64_t j = 0; j < it.len; j++) {
-            int64_t base = it.off[2] + j * it.inner[2], best = 0;
-            double best_v = -INFINITY;
-            for (int64_t k = 0; k < len; k++) {
-                double v = x->dtype == TG_FLOAT32
-                               ? ((const float *)x->storage->data)[x->offset + base + k * step]
-                               : ((const double *)x->storage->data)[x->offset + base + k * step];
-                if (k == 0 || (!isnan(best_v) && (v > best_v || isnan(v)))) {
-                    best_v = v;
-                    best = k;
-                }
-            }
-            int64_t oi = it.off[0] + j * it.inner[0];
-            if (x->dtype == TG_FLOAT32)
-                ((float *)tg__ptr(*values))[oi] = (float)best_v;
-            else
-                ((double *)tg__ptr(*values))[oi] = best_v;
-            ((int64_t *)tg__ptr(*indices))[it.off[1] + j * it.inner[1]] = best;
-        }
-    } while (tg__iter_next(&it));
-    return 0;
-}
-
 /* The gradient goes to the position of each maximum; zero elsewhere. */
 static int max_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 {
@@ -208,21 +165,7 @@ static int max_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
         tg_release(gc);
         return -1;
     }
-    /* gc and idx hold the same elements in the same row-major order (keepdim
-     * or not), so walk them flat and rebuild the position in x. */
-    int64_t count = tg__numel(idx->ndim, idx->shape);
-    int64_t inner = 1;
-    for (int d = dim + 1; d < x->ndim; d++)
-        inner *= x->shape[d];
-    const int64_t *ip = tg__ptr(idx);
-    for (int64_t i = 0; i < count; i++) {
-        int64_t outer_i = i / inner, inner_i = i % inner;
-        int64_t pos = (outer_i * x->shape[dim] + ip[i]) * inner + inner_i;
-        if (x->dtype == TG_FLOAT32)
-            ((float *)tg__ptr(out))[pos] += ((const float *)tg__ptr(gc))[i];
-        else
-            ((double *)tg__ptr(out))[pos] += ((const double *)tg__ptr(gc))[i];
-    }
+    tg__scatter_add_dim(out, gc, idx, dim);
     tg_release(gc);
     grads[0] = tg__ret(out);
     return 0;
@@ -251,7 +194,7 @@ int tg_max(const tg_tensor *x, int dim, bool keepdim, tg_tensor **values, tg_ten
     tg_tensor *v = NULL, *ix = NULL;
     bool reduce[TG_MAX_DIMS] = {0};
     reduce[d] = true;
-    if (max_kernel(x, d, &v, &ix) < 0) {
+    if (tg__max_dim(x, d, &v, &ix) < 0) {
         tg_release(v);
         tg_release(ix);
         return -1;
