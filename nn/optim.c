@@ -1,6 +1,6 @@
-/* Optimizers (SGD, Adam, AdamW) with PyTorch 1.13's single-tensor update
- * formulas computed in the parameter's own dtype, their checkpointable state,
- * global gradient-norm clipping and the warmup + cosine learning-rate schedule. */
+/* Optimizers (SGD, Adam, AdamW) after PyTorch 1.13: hyperparameters, state
+ * and its export and import, gradient-norm clipping and the warmup + cosine
+ * schedule; the element loops are in tensor/optim_kernels.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
