@@ -1,22 +1,13 @@
-/* Optimizers (SGD, Adam, AdamW) with PyTorch 1.13's single-tensor update
- * formulas computed in the parameter's own dtype, their checkpointable state,
- * global gradient-norm clipping and the warmup + cosine learning-rate schedule. */
+/* Optimizers (SGD, Adam, AdamW) after PyTorch 1.13: hyperparameters, state
+ * and its export and import, gradient-norm clipping and the warmup + cosine
+ * schedule; the element loops are in tensor/optim_kernels.c. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "fastmath.h"
-#include <tensorgrad/nn.h>
-#include "tg_config.h"
-
-#if TG_HAVE_OPENMP
-#include <omp.h>
-#define TG_THREAD_NUM() omp_get_thread_num()
-#define TG_NUM_THREADS() omp_get_num_threads()
-#else
-#define TG_THREAD_NUM() 0
-#define TG_NUM_THREADS() 1
-#endif
+#include <tensorgrad/tensorgrad.h>
+#include "module_shim.h"
+#include "optim_kernels.h"
 
 typedef enum { KIND_SGD, KIND_ADAM, KIND_ADAMW } optim_kind;
 
@@ -39,102 +30,14 @@ struct tg_optim {
     int64_t steps;
     int n;
     slot *slots;
+    tg__optim_job *jobs; /* room for one per slot: a step's updates */
 };
-
-/* The numbers one parameter's update needs, in double; the kernels round
- * each to the parameter's dtype, as PyTorch does with Python scalars. */
-typedef struct {
-    double l2;        /* weight decay added to the gradient (SGD, Adam) */
-    double decay;     /* AdamW's 1 - lr * wd, multiplied into the parameter */
-    double lr, momentum;
-    bool first;       /* SGD: the momentum buffer starts as the gradient */
-    double beta1, beta2, bc2_sqrt, eps, step_size;
-} coefs;
-
-/* ---- kernels ------------------------------------------------------------------ */
-/* Operands of the iterator: 0 param, 1 grad, 2 m, 3 v (element offsets).
- * Each line mirrors one PyTorch tensor op, in its order of rounding. */
-
-#define DEFINE_KERNELS(T, SQRT)                                                    \
-    static void sgd_##T(T *p, const T *g, T *buf, tg__iter *it, const coefs *c)     \
-    {                                                                              \
-        const T l2 = (T)c->l2, mom = (T)c->momentum, neg_lr = (T)-c->lr;           \
-        do {                                                                       \
-            for (int64_t j = 0; j < it->len; j++) {                                \
-                T *pj = p + it->off[0] + j * it->inner[0];                         \
-                T d = g[it->off[1] + j * it->inner[1]];                            \
-                if (c->l2 != 0)                                                    \
-                    d = d + l2 * *pj;             /* grad.add(param, alpha=wd) */  \
-                if (buf) {                                                         \
-                    T *bj = buf + it->off[2] + j * it->inner[2];                   \
-                    *bj = c->first ? d : *bj * mom + d;                            \
-                    d = *bj;                                                       \
-                }                                                                  \
-                *pj = *pj + neg_lr * d;           /* param.add_(d, alpha=-lr) */   \
-            }                                                                      \
-        } while (tg__iter_next(it));                                               \
-    }                                                                              \
-                                                                                   \
-    static void adam_##T(T *p, const T *g, T *m, T *v, tg__iter *it, const coefs *c) \
-    {                                                                              \
-        const T l2 = (T)c->l2, decay = (T)c->decay, b1 = (T)c->beta1,              \
-                omb1 = (T)(1 - c->beta1), b2 = (T)c->beta2, omb2 = (T)(1 - c->beta2), \
-                bc2 = (T)c->bc2_sqrt, eps = (T)c->eps, neg_step = (T)-c->step_size; \
-        do {                                                                       \
-            for (int64_t j = 0; j < it->len; j++) {                                \
-                T *pj = p + it->off[0] + j * it->inner[0];                         \
-                T *mj = m + it->off[2] + j * it->inner[2];                         \
-                T *vj = v + it->off[3] + j * it->inner[3];                         \
-                T gj = g[it->off[1] + j * it->inner[1]];                           \
-                *pj = *pj * decay;                /* AdamW: param.mul_(1-lr*wd) */ \
-                if (c->l2 != 0)                                                    \
-                    gj = gj + l2 * *pj;                                            \
-                *mj = *mj * b1 + omb1 * gj;                                        \
-                *vj = *vj * b2 + omb2 * gj * gj;  /* addcmul_(g, g, 1-b2) */       \
-                T denom = SQRT(*vj) / bc2 + eps;                                   \
-                *pj = *pj + neg_step * *mj / denom; /* addcdiv_(m, denom) */       \
-            }                                                                      \
-        } while (tg__iter_next(it));                                               \
-    }
-
-DEFINE_KERNELS(float, sqrtf)
-DEFINE_KERNELS(double, sqrt)
-
-/* Adam(W) on contiguous float32 parameter and gradient: the same formula
- * as adam_float in the same order, on flat arrays so that it vectorises,
- * in blocks shared out to the OpenMP team. Each element's update is its own,
- * so any thread count gives the same result. */
-TG_VECTOR_CLONES
-static void adam_block_f32(float *restrict p, const float *restrict g, float *restrict m,
-                           float *restrict v, int64_t n, const coefs *c)
-{
-    const float l2 = (float)c->l2, decay = (float)c->decay, b1 = (float)c->beta1,
-                omb1 = (float)(1 - c->beta1), b2 = (float)c->beta2, omb2 = (float)(1 - c->beta2),
-                bc2 = (float)c->bc2_sqrt, eps = (float)c->eps, neg_step = (float)-c->step_size;
-    for (int64_t j = 0; j < n; j++) {
-        float pj = p[j] * decay, gj = g[j];
-        if (c->l2 != 0)
-            gj = gj + l2 * pj;
-        float mj = m[j] * b1 + omb1 * gj;
-        float vj = v[j] * b2 + omb2 * gj * gj;
-        m[j] = mj;
-        v[j] = vj;
-        float denom = sqrtf(vj) / bc2 + eps;
-        p[j] = pj + neg_step * mj / denom;
-    }
-}
-
-static void adam_flat_f32(float *p, const float *g, float *m, float *v, int64_t n,
-                          const coefs *c)
-{
-    TG_FOR_BLOCKS(n, lo, len, adam_block_f32(p + lo, g + lo, m + lo, v + lo, len, c));
-}
 
 /* The coefficients of one parameter's update; s->steps already counts this
  * step. */
-static coefs slot_coefs(const tg_optim *opt, const slot *s)
+static tg__optim_coefs slot_coefs(const tg_optim *opt, const slot *s)
 {
-    coefs c = {.lr = opt->lr, .momentum = opt->momentum, .decay = 1};
+    tg__optim_coefs c = {.lr = opt->lr, .momentum = opt->momentum, .decay = 1};
     if (opt->kind == KIND_ADAMW)
         c.decay = 1 - opt->lr * opt->weight_decay;
     else
@@ -152,42 +55,6 @@ static coefs slot_coefs(const tg_optim *opt, const slot *s)
     return c;
 }
 
-/* True when slot s takes the flat float32 Adam(W) kernel. */
-static bool flat_adam(const tg_optim *opt, const slot *s)
-{
-    const tg_tensor *p = s->param;
-    return opt->kind != KIND_SGD && p->dtype == TG_FLOAT32 && tg_is_contiguous(p) &&
-           tg_is_contiguous(p->grad);
-}
-
-/* Updates one parameter that has a gradient; s->steps already counts this step. */
-static void update_slot(const tg_optim *opt, const slot *s)
-{
-    const tg_tensor *p = s->param, *g = p->grad;
-    coefs c = slot_coefs(opt, s);
-    int64_t strides[4][TG_MAX_DIMS];
-    memcpy(strides[0], p->stride, sizeof strides[0]);
-    memcpy(strides[1], g->stride, sizeof strides[1]);
-    tg__contiguous_strides(p->ndim, p->shape, strides[2]);
-    memcpy(strides[3], strides[2], sizeof strides[3]);
-    tg__iter it;
-    tg__iter_init(&it, p->ndim, p->shape, 4, (const int64_t(*)[TG_MAX_DIMS])strides);
-    if (!it.len)
-        return;
-    bool f32 = p->dtype == TG_FLOAT32;
-    if (opt->kind == KIND_SGD && f32)
-        sgd_float(tg__ptr(p), tg__ptr(g), s->m ? tg__ptr(s->m) : NULL, &it, &c);
-    else if (opt->kind == KIND_SGD)
-        sgd_double(tg__ptr(p), tg__ptr(g), s->m ? tg__ptr(s->m) : NULL, &it, &c);
-    else if (flat_adam(opt, s))
-        adam_flat_f32(tg__ptr(p), tg__ptr(g), tg__ptr(s->m), tg__ptr(s->v),
-                      tg__numel(p->ndim, p->shape), &c);
-    else if (f32)
-        adam_float(tg__ptr(p), tg__ptr(g), tg__ptr(s->m), tg__ptr(s->v), &it, &c);
-    else
-        adam_double(tg__ptr(p), tg__ptr(g), tg__ptr(s->m), tg__ptr(s->v), &it, &c);
-}
-
 /* ---- construction ------------------------------------------------------------- */
 
 static int check_hyper(const char *fn, const char *what, double value, bool below_one)
@@ -195,7 +62,7 @@ static int check_hyper(const char *fn, const char *what, double value, bool belo
     /* written so that NaN fails too */
     if (value >= 0 && (!below_one || value < 1))
         return 0;
-    tg__fail(TG_ERR_VALUE, "%s: invalid %s %g (need %s)", fn, what, value,
+    tg_fail(TG_ERR_VALUE, "%s: invalid %s %g (need %s)", fn, what, value,
              below_one ? "0 <= value < 1" : "value >= 0");
     return -1;
 }
@@ -206,22 +73,22 @@ static int check_param(const char *fn, const tg_params *ps, int i)
     const tg_tensor *t = ps->tensors[i];
     const char *name = ps->names[i] ? ps->names[i] : "?";
     if (!t) {
-        tg__fail(TG_ERR_NULL, "%s: parameter '%s' is NULL", fn, name);
+        tg_fail(TG_ERR_NULL, "%s: parameter '%s' is NULL", fn, name);
         return -1;
     }
-    if (!tg__is_float(t->dtype)) {
-        tg__fail(TG_ERR_DTYPE, "%s: parameter '%s' is %s; optimizers take float32 or float64",
-                 fn, name, tg_dtype_name(t->dtype));
+    if (!tg_dtype_is_float(tg_dtype_of(t))) {
+        tg_fail(TG_ERR_DTYPE, "%s: parameter '%s' is %s; optimizers take float32 or float64",
+                 fn, name, tg_dtype_name(tg_dtype_of(t)));
         return -1;
     }
-    if (t->node) {
-        tg__fail(TG_ERR_STATE, "%s: parameter '%s' is not a leaf (an op made it); detach it",
+    if (!tg_is_leaf(t)) {
+        tg_fail(TG_ERR_STATE, "%s: parameter '%s' is not a leaf (an op made it); detach it",
                  fn, name);
         return -1;
     }
     for (int j = 0; j < i; j++) {
         if (ps->tensors[j] == t) {
-            tg__fail(TG_ERR_VALUE, "%s: parameter '%s' is the same tensor as '%s'", fn, name,
+            tg_fail(TG_ERR_VALUE, "%s: parameter '%s' is the same tensor as '%s'", fn, name,
                      ps->names[j] ? ps->names[j] : "?");
             return -1;
         }
@@ -238,39 +105,52 @@ static char *copy_name(const char *s)
     return c;
 }
 
+/* A zeroed contiguous tensor of p's shape in dtype, a reference of the
+ * caller's own whether or not a scope is open. */
+static tg_tensor *zeros_like(const tg_tensor *p, tg_dtype dtype)
+{
+    tg_scope_begin();
+    tg_tensor *t = tg_retain(tg_zeros(dtype, tg_ndim(p), tg_shape(p)));
+    tg_scope_end();
+    return t;
+}
+
 /* Takes a reference to every parameter and allocates its zeroed moments
  * (m when with_m, v when with_v). */
 static tg_optim *optim_new(const char *fn, optim_kind kind, const tg_params *ps, bool with_m,
                            bool with_v)
 {
     if (!ps)
-        return tg__fail(TG_ERR_NULL, "%s: ps is NULL", fn);
+        return tg_fail(TG_ERR_NULL, "%s: ps is NULL", fn);
     if (ps->count <= 0)
-        return tg__fail(TG_ERR_VALUE, "%s: the parameter list is empty", fn);
+        return tg_fail(TG_ERR_VALUE, "%s: the parameter list is empty", fn);
     for (int i = 0; i < ps->count; i++)
         if (check_param(fn, ps, i) < 0)
             return NULL;
     tg_optim *opt = calloc(1, sizeof *opt);
     slot *slots = calloc((size_t)ps->count, sizeof *slots);
-    if (!opt || !slots) {
+    tg__optim_job *jobs = calloc((size_t)ps->count, sizeof *jobs);
+    if (!opt || !slots || !jobs) {
         free(opt);
         free(slots);
-        return tg__fail(TG_ERR_NOMEM, "%s: out of memory", fn);
+        free(jobs);
+        return tg_fail(TG_ERR_NOMEM, "%s: out of memory", fn);
     }
     opt->kind = kind;
     opt->fn = fn;
     opt->slots = slots;
+    opt->jobs = jobs;
     for (int i = 0; i < ps->count; i++, opt->n++) {
         tg_tensor *p = ps->tensors[i];
         slot *s = &slots[i];
         s->param = tg_retain(p);
         s->name = copy_name(ps->names[i] ? ps->names[i] : "");
-        s->m = with_m ? tg__empty(p->dtype, p->ndim, p->shape) : NULL;
-        s->v = with_v ? tg__empty(p->dtype, p->ndim, p->shape) : NULL;
+        s->m = with_m ? zeros_like(p, tg_dtype_of(p)) : NULL;
+        s->v = with_v ? zeros_like(p, tg_dtype_of(p)) : NULL;
         if (!s->name || (with_m && !s->m) || (with_v && !s->v)) {
             opt->n++;
             tg_optim_free(opt);
-            return tg__fail(TG_ERR_NOMEM, "%s: out of memory for the state of '%s'", fn,
+            return tg_fail(TG_ERR_NOMEM, "%s: out of memory for the state of '%s'", fn,
                             ps->names[i] ? ps->names[i] : "?");
         }
     }
@@ -335,6 +215,7 @@ void tg_optim_free(tg_optim *opt)
         tg_release(opt->slots[i].v);
     }
     free(opt->slots);
+    free(opt->jobs);
     free(opt);
 }
 
@@ -342,78 +223,54 @@ void tg_optim_free(tg_optim *opt)
 
 static bool same_shape(const tg_tensor *a, const tg_tensor *b)
 {
-    return a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape);
+    int n = tg_ndim(a);
+    return n == tg_ndim(b) && !memcmp(tg_shape(a), tg_shape(b), (size_t)n * sizeof(int64_t));
 }
 
-/* The spans of TG_PAR_MIN elements of every parameter that takes the flat
- * float32 Adam(W) kernel, numbered in slot order; span j goes to thread
- * j % threads, so one parallel loop covers them all without a list: a
- * model of many small tensors would otherwise update most of them on one
- * thread, one team start per tensor. Each element's update is its own, so
- * the result is the same on any thread count. */
-static int64_t flat_spans(const tg_optim *opt)
+/* Fills opt->jobs[i] with slot i's parameter, gradient (NULL when it has
+ * none; the reference belongs to the open scope) and state, checking every
+ * gradient before any parameter is touched. */
+static int gather_jobs(tg_optim *opt)
 {
-    int64_t count = 0;
-    for (int i = 0; i < opt->n; i++)
-        if (opt->slots[i].param->grad && flat_adam(opt, &opt->slots[i]))
-            count += (tg_numel(opt->slots[i].param) + TG_PAR_MIN - 1) / TG_PAR_MIN;
-    return count;
-}
-
-static void update_flat_spans(const tg_optim *opt, int thread, int threads)
-{
-    int64_t j = 0;
     for (int i = 0; i < opt->n; i++) {
         const slot *s = &opt->slots[i];
-        if (!s->param->grad || !flat_adam(opt, s))
-            continue;
-        coefs c = slot_coefs(opt, s);
-        float *p = tg__ptr(s->param), *m = tg__ptr(s->m), *v = tg__ptr(s->v);
-        const float *g = tg__ptr(s->param->grad);
-        int64_t n = tg_numel(s->param);
-        for (int64_t lo = 0; lo < n; lo += TG_PAR_MIN, j++)
-            if (j % threads == thread)
-                adam_block_f32(p + lo, g + lo, m + lo, v + lo,
-                               n - lo < TG_PAR_MIN ? n - lo : TG_PAR_MIN, &c);
+        const tg_tensor *p = s->param, *g = tg_grad(p);
+        if (g && (tg_dtype_of(g) != tg_dtype_of(p) || !same_shape(g, p))) {
+            tg_fail(TG_ERR_STATE, "tg_optim_step: the gradient of '%s' is %s %s, the parameter "
+                     "%s %s", s->name, tg_dtype_name(tg_dtype_of(g)), TG_SHAPE_OF(g),
+                     tg_dtype_name(tg_dtype_of(p)), TG_SHAPE_OF(p));
+            return -1;
+        }
+        opt->jobs[i] = (tg__optim_job){.param = s->param, .grad = g, .m = s->m, .v = s->v,
+                                       .adam = opt->kind != KIND_SGD};
     }
-}
-
-static void update_flat_together(const tg_optim *opt)
-{
-    if (flat_spans(opt) > 1) {
-#pragma omp parallel
-        update_flat_spans(opt, TG_THREAD_NUM(), TG_NUM_THREADS());
-    } else {
-        update_flat_spans(opt, 0, 1);
-    }
+    return 0;
 }
 
 int tg_optim_step(tg_optim *opt)
 {
-    TG_CHECK_NULL_STATUS(opt);
-    /* Check every gradient before touching any parameter. */
-    for (int i = 0; i < opt->n; i++) {
-        const tg_tensor *p = opt->slots[i].param, *g = p->grad;
-        if (g && (g->dtype != p->dtype || !same_shape(g, p))) {
-            tg__fail(TG_ERR_STATE, "tg_optim_step: the gradient of '%s' is %s %s, the parameter "
-                     "%s %s", opt->slots[i].name, tg_dtype_name(g->dtype), TG_SHAPE_STR(g),
-                     tg_dtype_name(p->dtype), TG_SHAPE_STR(p));
-            return -1;
-        }
+    TG_NULL_STATUS(opt);
+    tg_scope_begin();
+    if (gather_jobs(opt) < 0) {
+        tg_scope_end();
+        return -1;
     }
     bool was = tg_set_grad_enabled(false);
-    for (int i = 0; i < opt->n; i++)
-        if (opt->slots[i].param->grad)
-            opt->slots[i].steps++;
-    update_flat_together(opt);
-    for (int i = 0; i < opt->n; i++)
-        if (opt->slots[i].param->grad && !flat_adam(opt, &opt->slots[i]))
-            update_slot(opt, &opt->slots[i]);
-    for (int i = 0; i < opt->n; i++) /* a graph that read them must not run backward now */
-        if (opt->slots[i].param->grad)
-            tg__bump_version(opt->slots[i].param);
+    /* The parameters with a gradient, in slot order, each with its
+     * coefficients; s->steps counts this step first. */
+    int n = 0;
+    for (int i = 0; i < opt->n; i++) {
+        slot *s = &opt->slots[i];
+        if (!opt->jobs[i].grad)
+            continue;
+        s->steps++;
+        opt->jobs[n] = opt->jobs[i];
+        opt->jobs[n++].c = slot_coefs(opt, s);
+    }
+    tg__optim_update(opt->jobs, n);
     opt->steps++;
     tg_set_grad_enabled(was);
+    tg_scope_end();
     return 0;
 }
 
@@ -428,7 +285,7 @@ void tg_optim_zero_grad(tg_optim *opt)
 void tg_optim_set_lr(tg_optim *opt, double lr)
 {
     if (!opt) {
-        tg__fail(TG_ERR_NULL, "tg_optim_set_lr: opt is NULL");
+        tg_fail(TG_ERR_NULL, "tg_optim_set_lr: opt is NULL");
         return;
     }
     if (check_hyper("tg_optim_set_lr", "learning rate", lr, false) == 0)
@@ -438,7 +295,7 @@ void tg_optim_set_lr(tg_optim *opt, double lr)
 double tg_optim_lr(const tg_optim *opt)
 {
     if (!opt) {
-        tg__fail(TG_ERR_NULL, "tg_optim_lr: opt is NULL");
+        tg_fail(TG_ERR_NULL, "tg_optim_lr: opt is NULL");
         return NAN;
     }
     return opt->lr;
@@ -446,7 +303,7 @@ double tg_optim_lr(const tg_optim *opt)
 
 int64_t tg_optim_steps(const tg_optim *opt)
 {
-    TG_CHECK_NULL_STATUS(opt);
+    TG_NULL_STATUS(opt);
     return opt->steps;
 }
 
@@ -486,36 +343,41 @@ static int make_names(const tg_optim *opt, int i, state_names *n)
         n->v = join("exp_avg_sq", s->name);
     if (!n->step || (s->m && !n->m) || (s->v && !n->v)) {
         free_names(n);
-        tg__fail(TG_ERR_NOMEM, "tg_optim_state: out of memory");
+        tg_fail(TG_ERR_NOMEM, "tg_optim_state: out of memory");
         return -1;
     }
     return 0;
-}
-
-static tg_tensor *int_scalar(int64_t value)
-{
-    tg_tensor *t = tg__empty(TG_INT64, 0, NULL);
-    if (t)
-        *(int64_t *)tg__ptr(t) = value;
-    return t;
 }
 
 /* Adds a private copy of t to out under name (or a step count when t is
  * NULL). */
 static int add_copy(tg_params *out, const char *name, const tg_tensor *t, int64_t step)
 {
-    tg_tensor *c = t ? tg__convert(t, t->dtype) : int_scalar(step);
+    tg_scope_begin(); /* holds the copy; out takes its own reference */
+    tg_tensor *c = t ? tg_from_data(tg_dtype_of(t), tg_ndim(t), tg_shape(t), tg_data_const(t))
+                     : tg_scalar(TG_INT64, (double)step);
     int rc = c ? tg_params_add(out, NULL, name, c) : -1;
-    tg_release(c);
+    tg_scope_end();
     return rc;
+}
+
+/* A contiguous copy of t converted to dtype, the caller's own reference. */
+static tg_tensor *convert(const tg_tensor *t, tg_dtype dtype)
+{
+    tg_tensor *c = zeros_like(t, dtype);
+    if (c && tg_copy_to(t, dtype, tg_data(c), tg_numel(c)) < 0) {
+        tg_release(c);
+        return NULL;
+    }
+    return c;
 }
 
 int tg_optim_state(const tg_optim *opt, tg_params *out)
 {
-    TG_CHECK_NULL_STATUS(opt);
-    TG_CHECK_NULL_STATUS(out);
+    TG_NULL_STATUS(opt);
+    TG_NULL_STATUS(out);
     if (tg_params_find(out, "step")) {
-        tg__fail(TG_ERR_VALUE, "tg_optim_state: out already holds 'step'");
+        tg_fail(TG_ERR_VALUE, "tg_optim_state: out already holds 'step'");
         return -1;
     }
     int start = out->count;
@@ -545,13 +407,13 @@ fail:
 static int read_step(const tg_tensor *t, const char *name, int64_t *out)
 {
     if (tg_numel(t) != 1) {
-        tg__fail(TG_ERR_SHAPE, "tg_optim_load_state: '%s' has shape %s; expected one element",
-                 name, TG_SHAPE_STR(t));
+        tg_fail(TG_ERR_SHAPE, "tg_optim_load_state: '%s' has shape %s; expected one element",
+                 name, TG_SHAPE_OF(t));
         return -1;
     }
     double v = tg_item(t);
     if (!(v >= 0 && v <= 9e15 && v == floor(v))) {
-        tg__fail(TG_ERR_VALUE, "tg_optim_load_state: '%s' is %g; expected a whole number >= 0",
+        tg_fail(TG_ERR_VALUE, "tg_optim_load_state: '%s' is %g; expected a whole number >= 0",
                  name, v);
         return -1;
     }
@@ -564,13 +426,13 @@ static const tg_tensor *find_moment(const tg_params *state, const char *name, co
 {
     const tg_tensor *t = tg_params_find(state, name);
     if (!t)
-        return tg__fail(TG_ERR_VALUE, "tg_optim_load_state: the state has no '%s'", name);
+        return tg_fail(TG_ERR_VALUE, "tg_optim_load_state: the state has no '%s'", name);
     if (!same_shape(t, p))
-        return tg__fail(TG_ERR_SHAPE, "tg_optim_load_state: '%s' has shape %s; the parameter "
-                        "has %s", name, TG_SHAPE_STR(t), TG_SHAPE_STR(p));
-    if (!tg__is_float(t->dtype))
-        return tg__fail(TG_ERR_DTYPE, "tg_optim_load_state: '%s' is %s; expected a float dtype",
-                        name, tg_dtype_name(t->dtype));
+        return tg_fail(TG_ERR_SHAPE, "tg_optim_load_state: '%s' has shape %s; the parameter "
+                        "has %s", name, TG_SHAPE_OF(t), TG_SHAPE_OF(p));
+    if (!tg_dtype_is_float(tg_dtype_of(t)))
+        return tg_fail(TG_ERR_DTYPE, "tg_optim_load_state: '%s' is %s; expected a float dtype",
+                        name, tg_dtype_name(tg_dtype_of(t)));
     return t;
 }
 
@@ -588,7 +450,7 @@ static int find_slot_state(const tg_optim *opt, int i, const tg_params *state, f
     const tg_tensor *p = opt->slots[i].param, *st = tg_params_find(state, n.step);
     int rc = 0;
     if (!st) {
-        tg__fail(TG_ERR_VALUE, "tg_optim_load_state: the state has no '%s'", n.step);
+        tg_fail(TG_ERR_VALUE, "tg_optim_load_state: the state has no '%s'", n.step);
         rc = -1;
     }
     if (rc == 0)
@@ -603,17 +465,17 @@ static int find_slot_state(const tg_optim *opt, int i, const tg_params *state, f
 
 int tg_optim_load_state(tg_optim *opt, const tg_params *state)
 {
-    TG_CHECK_NULL_STATUS(opt);
-    TG_CHECK_NULL_STATUS(state);
+    TG_NULL_STATUS(opt);
+    TG_NULL_STATUS(state);
     const tg_tensor *st = tg_params_find(state, "step");
     if (!st) {
-        tg__fail(TG_ERR_VALUE, "tg_optim_load_state: the state has no 'step'");
+        tg_fail(TG_ERR_VALUE, "tg_optim_load_state: the state has no 'step'");
         return -1;
     }
     int64_t steps;
     found_state *f = calloc((size_t)opt->n, sizeof *f);
     if (!f) {
-        tg__fail(TG_ERR_NOMEM, "tg_optim_load_state: out of memory");
+        tg_fail(TG_ERR_NOMEM, "tg_optim_load_state: out of memory");
         return -1;
     }
     int rc = read_step(st, "step", &steps);
@@ -623,14 +485,14 @@ int tg_optim_load_state(tg_optim *opt, const tg_params *state)
      * memory half way changes nothing either. */
     tg_tensor **conv = rc == 0 ? calloc((size_t)opt->n * 2, sizeof *conv) : NULL;
     if (rc == 0 && !conv) {
-        tg__fail(TG_ERR_NOMEM, "tg_optim_load_state: out of memory");
+        tg_fail(TG_ERR_NOMEM, "tg_optim_load_state: out of memory");
         rc = -1;
     }
     for (int i = 0; rc == 0 && i < opt->n; i++) {
         const slot *s = &opt->slots[i];
-        if (f[i].m && !(conv[2 * i] = tg__convert(f[i].m, s->m->dtype)))
+        if (f[i].m && !(conv[2 * i] = convert(f[i].m, tg_dtype_of(s->m))))
             rc = -1;
-        if (rc == 0 && f[i].v && !(conv[2 * i + 1] = tg__convert(f[i].v, s->v->dtype)))
+        if (rc == 0 && f[i].v && !(conv[2 * i + 1] = convert(f[i].v, tg_dtype_of(s->v))))
             rc = -1;
     }
     for (int i = 0; rc == 0 && i < opt->n; i++) {
@@ -639,8 +501,8 @@ int tg_optim_load_state(tg_optim *opt, const tg_params *state)
         for (int k = 0; k < 2; k++) {
             tg_tensor *dst = k ? s->v : s->m, *src = conv[2 * i + k];
             if (src)
-                memcpy(tg__ptr(dst), tg__ptr(src),
-                       (size_t)tg_numel(dst) * tg_dtype_size(dst->dtype));
+                memcpy(tg_data(dst), tg_data_const(src),
+                       (size_t)tg_numel(dst) * tg_dtype_size(tg_dtype_of(dst)));
         }
     }
     if (rc == 0)
@@ -654,73 +516,40 @@ int tg_optim_load_state(tg_optim *opt, const tg_params *state)
 
 /* ---- clipping and schedules ------------------------------------------------------ */
 
-/* The sum of squares of a gradient (any layout), accumulated in double. */
-static double grad_sq_sum(const tg_tensor *g)
-{
-    tg__iter it;
-    tg__iter_init(&it, g->ndim, g->shape, 1, (const int64_t(*)[TG_MAX_DIMS])&g->stride);
-    double acc = 0;
-    if (!it.len)
-        return 0;
-    do {
-        for (int64_t j = 0; j < it.len; j++) {
-            int64_t k = it.off[0] + j * it.inner[0];
-            double x = g->dtype == TG_FLOAT32 ? ((const float *)tg__ptr(g))[k]
-                                              : ((const double *)tg__ptr(g))[k];
-            acc += x * x;
-        }
-    } while (tg__iter_next(&it));
-    return acc;
-}
-
-/* g *= coef in place, rounding coef to g's dtype like PyTorch's mul_. */
-static void grad_scale(tg_tensor *g, double coef)
-{
-    tg__iter it;
-    tg__iter_init(&it, g->ndim, g->shape, 1, (const int64_t(*)[TG_MAX_DIMS])&g->stride);
-    if (!it.len)
-        return;
-    float cf = (float)coef;
-    tg__bump_version(g);
-    do {
-        for (int64_t j = 0; j < it.len; j++) {
-            int64_t k = it.off[0] + j * it.inner[0];
-            if (g->dtype == TG_FLOAT32)
-                ((float *)tg__ptr(g))[k] *= cf;
-            else
-                ((double *)tg__ptr(g))[k] *= coef;
-        }
-    } while (tg__iter_next(&it));
-}
-
 double tg_clip_grad_norm(const tg_params *ps, double max_norm)
 {
     if (!ps) {
-        tg__fail(TG_ERR_NULL, "tg_clip_grad_norm: ps is NULL");
+        tg_fail(TG_ERR_NULL, "tg_clip_grad_norm: ps is NULL");
         return -1;
     }
     if (!(max_norm >= 0)) {
-        tg__fail(TG_ERR_VALUE, "tg_clip_grad_norm: invalid max_norm %g (need >= 0)", max_norm);
+        tg_fail(TG_ERR_VALUE, "tg_clip_grad_norm: invalid max_norm %g (need >= 0)", max_norm);
         return -1;
     }
-    double sq = 0;
     for (int i = 0; i < ps->count; i++) {
-        const tg_tensor *p = ps->tensors[i];
-        if (!p) {
-            tg__fail(TG_ERR_NULL, "tg_clip_grad_norm: parameter '%s' is NULL",
+        if (!ps->tensors[i]) {
+            tg_fail(TG_ERR_NULL, "tg_clip_grad_norm: parameter '%s' is NULL",
                      ps->names[i] ? ps->names[i] : "?");
             return -1;
         }
-        if (p->grad && tg__is_float(p->grad->dtype))
-            sq += grad_sq_sum(p->grad);
+    }
+    tg_scope_begin(); /* holds the references tg_grad hands out */
+    double sq = 0;
+    for (int i = 0; i < ps->count; i++) {
+        const tg_tensor *g = tg_grad(ps->tensors[i]);
+        if (g && tg_dtype_is_float(tg_dtype_of(g)))
+            sq += tg__grad_sq_sum(g);
     }
     double norm = sqrt(sq);
     double coef = max_norm / (norm + 1e-6);
     /* NaN or inf norms scale too, as PyTorch's default (error_if_nonfinite=False) does. */
     if (!(coef >= 1))
-        for (int i = 0; i < ps->count; i++)
-            if (ps->tensors[i]->grad && tg__is_float(ps->tensors[i]->grad->dtype))
-                grad_scale(ps->tensors[i]->grad, coef);
+        for (int i = 0; i < ps->count; i++) {
+            tg_tensor *g = tg_grad(ps->tensors[i]);
+            if (g && tg_dtype_is_float(tg_dtype_of(g)))
+                tg__grad_scale(g, coef);
+        }
+    tg_scope_end();
     return norm;
 }
 
@@ -728,7 +557,7 @@ double tg_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, double l
                            double lr_min)
 {
     if (step < 0 || warmup < 0 || total < 0 || !(lr_max >= 0) || !(lr_min >= 0)) {
-        tg__fail(TG_ERR_VALUE, "tg_lr_warmup_cosine: invalid arguments step %lld, warmup %lld, "
+        tg_fail(TG_ERR_VALUE, "tg_lr_warmup_cosine: invalid arguments step %lld, warmup %lld, "
                  "total %lld, lr_max %g, lr_min %g (need counts >= 0 and rates >= 0)",
                  (long long)step, (long long)warmup, (long long)total, lr_max, lr_min);
         return NAN;

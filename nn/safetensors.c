@@ -3,22 +3,18 @@
  * ranges, names), so a bad file changes nothing. The format is in nn.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include <tensorgrad/tensorgrad.h>
 #include "json.h"
+#include "module_shim.h"
 #include "save_path.h"
-#include <tensorgrad/nn.h>
-
-/* The format is little-endian; a big-endian host swaps element bytes. */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-#define HOST_BIG_ENDIAN 1
-#else
-#define HOST_BIG_ENDIAN 0
-#endif
+#include "tensor_io.h"
 
 static const struct {
     const char *code;
@@ -40,22 +36,11 @@ static const char *dtype_code(tg_dtype dtype)
     return NULL;
 }
 
-static void swap_elements(void *p, int64_t n, size_t es)
-{
-    unsigned char *b = p;
-    for (int64_t i = 0; i < n; i++, b += es)
-        for (size_t j = 0; j < es / 2; j++) {
-            unsigned char c = b[j];
-            b[j] = b[es - 1 - j];
-            b[es - 1 - j] = c;
-        }
-}
-
 /* ---- saving: arguments and bytes ------------------------------------------------ */
 
 static int save_fail(tg_error code, const char *path, const char *what, const char *name)
 {
-    tg__fail(code, "tg_safetensors_save: %s: %s%s%s%s", path, what, name ? " '" : "",
+    tg_fail(code, "tg_safetensors_save: %s: %s%s%s%s", path, what, name ? " '" : "",
              name ? name : "", name ? "'" : "");
     return -1;
 }
@@ -65,7 +50,7 @@ static int check_save_args(const char *path, const tg_params *ps, int n_meta,
                            const char *const *keys, const char *const *values)
 {
     if (n_meta < 0 || (n_meta > 0 && (!keys || !values))) {
-        tg__fail(n_meta < 0 ? TG_ERR_VALUE : TG_ERR_NULL,
+        tg_fail(n_meta < 0 ? TG_ERR_VALUE : TG_ERR_NULL,
                  "tg_safetensors_save: %s: n_meta is %d but keys or values is NULL or n_meta < 0",
                  path, n_meta);
         return -1;
@@ -113,12 +98,12 @@ static void build_header(tg__jbuf *b, const tg_params *ps, int n_meta, const cha
     int64_t offset = 0;
     for (int i = 0; i < ps->count; i++) {
         const tg_tensor *t = ps->tensors[i];
-        int64_t nbytes = tg__numel(t->ndim, t->shape) * (int64_t)tg_dtype_size(t->dtype);
+        int64_t nbytes = tg_numel(t) * (int64_t)tg_dtype_size(tg_dtype_of(t));
         tg__jbuf_puts(b, i ? "," : "");
         tg__jbuf_string(b, ps->names[i]);
-        tg__jbuf_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", dtype_code(t->dtype));
-        for (int d = 0; d < t->ndim; d++)
-            tg__jbuf_printf(b, d ? ",%lld" : "%lld", (long long)t->shape[d]);
+        tg__jbuf_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", dtype_code(tg_dtype_of(t)));
+        for (int d = 0; d < tg_ndim(t); d++)
+            tg__jbuf_printf(b, d ? ",%lld" : "%lld", (long long)tg_shape(t)[d]);
         tg__jbuf_printf(b, "],\"data_offsets\":[%lld,%lld]}", (long long)offset,
                         (long long)(offset + nbytes));
         offset += nbytes;
@@ -126,33 +111,6 @@ static void build_header(tg__jbuf *b, const tg_params *ps, int n_meta, const cha
     tg__jbuf_puts(b, "}");
     while (!b->failed && b->len % 8)
         tg__jbuf_puts(b, " ");
-}
-
-/* t's elements, row-major and little-endian, whatever its layout. */
-static int write_tensor(FILE *fp, const tg_tensor *t)
-{
-    tg_tensor *c = tg__contiguous(t);
-    if (!c)
-        return -1;
-    int64_t n = tg__numel(c->ndim, c->shape);
-    size_t es = tg_dtype_size(c->dtype), nbytes = (size_t)n * es;
-    int rc = 0;
-    if (nbytes && HOST_BIG_ENDIAN) {
-        unsigned char *tmp = malloc(nbytes);
-        if (!tmp) {
-            tg_release(c);
-            errno = ENOMEM;
-            return -1;
-        }
-        memcpy(tmp, tg__ptr(c), nbytes);
-        swap_elements(tmp, n, es);
-        rc = fwrite(tmp, 1, nbytes, fp) == nbytes ? 0 : -1;
-        free(tmp);
-    } else if (nbytes) {
-        rc = fwrite(tg__ptr(c), 1, nbytes, fp) == nbytes ? 0 : -1;
-    }
-    tg_release(c);
-    return rc;
 }
 
 /* ---- saving ------------------------------------------------------------------- */
@@ -165,7 +123,7 @@ static int write_file(FILE *fp, const tg__jbuf *header, const tg_params *ps)
     if (fwrite(len, 1, 8, fp) != 8 || fwrite(header->data, 1, header->len, fp) != header->len)
         return -1;
     for (int i = 0; i < ps->count; i++)
-        if (write_tensor(fp, ps->tensors[i]) < 0)
+        if (tg__tensor_write_le(fp, ps->tensors[i]) < 0)
             return -1;
     return fflush(fp) == 0 && fsync(fileno(fp)) == 0 ? 0 : -1;
 }
@@ -209,8 +167,8 @@ static int write_and_rename(const tg__save_dest *d, const tg__jbuf *header, cons
 int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,
                         const char *const *keys, const char *const *values)
 {
-    TG_CHECK_NULL_STATUS(path);
-    TG_CHECK_NULL_STATUS(ps);
+    TG_NULL_STATUS(path);
+    TG_NULL_STATUS(ps);
     if (check_save_args(path, ps, n_meta, keys, values) < 0)
         return -1;
     tg__save_dest d;
@@ -263,13 +221,13 @@ static int bad(const st_file *f, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    tg__fail(TG_ERR_VALUE, "%s: %s: %s", f->fn, f->path, what);
+    tg_fail(TG_ERR_VALUE, "%s: %s: %s", f->fn, f->path, what);
     return -1;
 }
 
 static int read_fail(const st_file *f, const char *what, int err)
 {
-    tg__fail(TG_ERR_IO, "%s: %s: %s: %s", f->fn, f->path, what, strerror(err));
+    tg_fail(TG_ERR_IO, "%s: %s: %s: %s", f->fn, f->path, what, strerror(err));
     return -1;
 }
 
@@ -300,7 +258,7 @@ static int open_regular(const st_file *f, struct stat *st)
     if (!S_ISREG(st->st_mode)) {
         if (fd >= 0)
             close(fd);
-        tg__fail(TG_ERR_IO, "%s: %s: is not a regular file (it is %s)", f->fn, f->path,
+        tg_fail(TG_ERR_IO, "%s: %s: is not a regular file (it is %s)", f->fn, f->path,
                  kind_of(st->st_mode));
         return -1;
     }
@@ -320,7 +278,7 @@ static int read_whole_file(st_file *f)
     f->bytes = malloc(f->size ? f->size : 1);
     if (!f->bytes) {
         close(fd);
-        tg__fail(TG_ERR_NOMEM, "%s: %s: out of memory reading %zu bytes", f->fn, f->path,
+        tg_fail(TG_ERR_NOMEM, "%s: %s: out of memory reading %zu bytes", f->fn, f->path,
                  f->size);
         return -1;
     }
@@ -421,7 +379,7 @@ static int parse_entry(const st_file *f, const char *name, const tg__json *v, en
     if (overflow || nbytes != e->end - e->begin)
         return bad(f, "tensor '%s' has data_offsets [%lld,%lld] but shape %s %s needs %s%lld bytes",
                    name, (long long)e->begin, (long long)e->end,
-                   tg__shape_str((char[96]){0}, 96, e->ndim, e->shape), tg_dtype_name(e->dtype),
+                   tg_shape_str((char[96]){0}, 96, e->ndim, e->shape), tg_dtype_name(e->dtype),
                    overflow ? "more than " : "", (long long)(overflow ? INT64_MAX : nbytes));
     return 0;
 }
@@ -502,7 +460,7 @@ static int open_checked(st_file *f, const char *fn, const char *path)
     if (tg__json_parse((const char *)f->bytes + 8, (size_t)n, &f->header, err, sizeof err,
                        &nomem) < 0) {
         if (nomem)
-            tg__fail(TG_ERR_NOMEM, "%s: %s: out of memory parsing the header", fn, path);
+            tg_fail(TG_ERR_NOMEM, "%s: %s: out of memory parsing the header", fn, path);
         return nomem ? -1 : bad(f, "malformed JSON header: %s", err);
     }
     if (f->header.type != TG_JSON_OBJECT)
@@ -513,7 +471,7 @@ static int open_checked(st_file *f, const char *fn, const char *path)
     f->entries = calloc((size_t)members + 1, sizeof *f->entries);
     f->by_name = calloc((size_t)members + 1, sizeof *f->by_name);
     if (!f->entries || !f->by_name) {
-        tg__fail(TG_ERR_NOMEM, "%s: %s: out of memory", fn, path);
+        tg_fail(TG_ERR_NOMEM, "%s: %s: out of memory", fn, path);
         return -1;
     }
     for (int i = 0; i < members; i++) {
@@ -527,28 +485,12 @@ static int open_checked(st_file *f, const char *fn, const char *path)
     return check_ranges_and_names(f);
 }
 
-/* Copies e's bytes into the contiguous dst of e's shape and dtype. Bool
- * bytes other than 0 become true, since C's bool holds only 0 and 1. */
-static void fill(tg_tensor *dst, const st_file *f, const entry *e)
-{
-    size_t nbytes = (size_t)(e->end - e->begin);
-    if (!nbytes)
-        return;
-    unsigned char *p = tg__ptr(dst);
-    memcpy(p, f->data + e->begin, nbytes);
-    if (e->dtype == TG_BOOL)
-        for (size_t i = 0; i < nbytes; i++)
-            p[i] = p[i] != 0;
-    if (HOST_BIG_ENDIAN)
-        swap_elements(p, (int64_t)(nbytes / tg_dtype_size(e->dtype)), tg_dtype_size(e->dtype));
-}
-
 /* ---- loading: into a list or into existing tensors ------------------------------ */
 
 int tg_safetensors_load(const char *path, tg_params *out)
 {
-    TG_CHECK_NULL_STATUS(path);
-    TG_CHECK_NULL_STATUS(out);
+    TG_NULL_STATUS(path);
+    TG_NULL_STATUS(out);
     st_file f;
     tg_tensor **made = NULL;
     int old_count = out->count, rc = -1;
@@ -561,14 +503,15 @@ int tg_safetensors_load(const char *path, tg_params *out)
         }
     made = calloc((size_t)f.count + 1, sizeof *made);
     if (!made) {
-        tg__fail(TG_ERR_NOMEM, "%s: %s: out of memory", __func__, path);
+        tg_fail(TG_ERR_NOMEM, "%s: %s: out of memory", __func__, path);
         goto done;
     }
     for (int i = 0; i < f.count; i++) {
-        made[i] = tg__empty(f.entries[i].dtype, f.entries[i].ndim, f.entries[i].shape);
+        const entry *e = &f.entries[i];
+        made[i] = tg__tensor_read_le(e->dtype, e->ndim, e->shape, f.data + e->begin,
+                                     (size_t)(e->end - e->begin));
         if (!made[i])
             goto done;
-        fill(made[i], &f, &f.entries[i]);
     }
     for (int i = 0; i < f.count; i++)
         if (tg_params_add(out, NULL, f.entries[i].name, made[i]) < 0) {
@@ -597,20 +540,21 @@ static int match_params(const st_file *f, const tg_params *ps)
     for (int i = 0; i < ps->count; i++) {
         const tg_tensor *t = ps->tensors[i];
         if (!ps->names[i] || !t) {
-            tg__fail(TG_ERR_NULL, "%s: %s: NULL name or tensor in the list at index %d", f->fn,
+            tg_fail(TG_ERR_NULL, "%s: %s: NULL name or tensor in the list at index %d", f->fn,
                      f->path, i);
             return -1;
         }
         const entry *e = find_entry(f, ps->names[i]);
         if (!e)
             return bad(f, "parameter '%s' is missing from the file", ps->names[i]);
-        if (e->dtype != t->dtype)
+        if (e->dtype != tg_dtype_of(t))
             return bad(f, "tensor '%s' is %s in the file but %s in the parameters", e->name,
-                       tg_dtype_name(e->dtype), tg_dtype_name(t->dtype));
-        if (e->ndim != t->ndim || memcmp(e->shape, t->shape, (size_t)e->ndim * sizeof e->shape[0]))
+                       tg_dtype_name(e->dtype), tg_dtype_name(tg_dtype_of(t)));
+        if (e->ndim != tg_ndim(t) ||
+            memcmp(e->shape, tg_shape(t), (size_t)e->ndim * sizeof e->shape[0]))
             return bad(f, "tensor '%s' has shape %s in the file but %s in the parameters",
-                       e->name, tg__shape_str((char[96]){0}, 96, e->ndim, e->shape),
-                       TG_SHAPE_STR(t));
+                       e->name, tg_shape_str((char[96]){0}, 96, e->ndim, e->shape),
+                       TG_SHAPE_OF(t));
     }
     for (int i = 0; i < f->count; i++) {
         bool found = false;
@@ -623,10 +567,20 @@ static int match_params(const st_file *f, const tg_params *ps)
     return 0;
 }
 
+/* A zeroed contiguous tensor of t's shape and dtype, the caller's own
+ * reference whether or not a scope is open. */
+static tg_tensor *staging_for(const tg_tensor *t)
+{
+    tg_scope_begin();
+    tg_tensor *s = tg_retain(tg_zeros(tg_dtype_of(t), tg_ndim(t), tg_shape(t)));
+    tg_scope_end();
+    return s;
+}
+
 int tg_safetensors_load_into(const char *path, const tg_params *ps)
 {
-    TG_CHECK_NULL_STATUS(path);
-    TG_CHECK_NULL_STATUS(ps);
+    TG_NULL_STATUS(path);
+    TG_NULL_STATUS(ps);
     st_file f;
     tg_tensor **staged = NULL;
     int rc = -1;
@@ -636,19 +590,16 @@ int tg_safetensors_load_into(const char *path, const tg_params *ps)
      * for all of them before any parameter is written. */
     staged = calloc((size_t)ps->count + 1, sizeof *staged);
     if (!staged) {
-        tg__fail(TG_ERR_NOMEM, "%s: %s: out of memory", __func__, path);
+        tg_fail(TG_ERR_NOMEM, "%s: %s: out of memory", __func__, path);
         goto done;
     }
     for (int i = 0; i < ps->count; i++)
-        if (!tg_is_contiguous(ps->tensors[i]) &&
-            !(staged[i] = tg__empty_like(ps->tensors[i])))
+        if (!tg_is_contiguous(ps->tensors[i]) && !(staged[i] = staging_for(ps->tensors[i])))
             goto done;
     for (int i = 0; i < ps->count; i++) {
         const entry *e = find_entry(&f, ps->names[i]);
-        fill(staged[i] ? staged[i] : ps->tensors[i], &f, e);
-        if (staged[i])
-            tg__copy(ps->tensors[i], staged[i]);
-        tg__bump_version(ps->tensors[i]); /* a graph that read it must not backpropagate now */
+        tg__tensor_load_le(ps->tensors[i], staged[i], f.data + e->begin,
+                           (size_t)(e->end - e->begin));
     }
     rc = 0;
 done:

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "module_shim.h"
 #include <tensorgrad/nn.h>
 #include "save_path.h"
 
@@ -21,7 +21,7 @@
 int tg__save_fail(const tg__save_dest *d, const char *what, const char *tmp, int err)
 {
     bool via = d->target && strcmp(d->target, d->path) != 0;
-    tg__fail(TG_ERR_IO, "%s: %s%s%s: %s%s%s%s%s", d->fn, *d->path ? d->path : "\"\"",
+    tg_fail(TG_ERR_IO, "%s: %s%s%s: %s%s%s%s%s", d->fn, *d->path ? d->path : "\"\"",
              via ? " -> " : "", via ? d->target : "", what, tmp ? " " : "", tmp ? tmp : "",
              err ? ": " : "", err ? strerror(err) : "");
     return -1;
@@ -72,7 +72,7 @@ static int resolve_dest(tg__save_dest *d)
     if (!*d->path)
         return tg__save_fail(d, "the path is empty", NULL, 0);
     if (!(d->target = strdup(d->path)))
-        return tg__fail(TG_ERR_NOMEM, "%s: %s: out of memory", d->fn, d->path), -1;
+        return tg_fail(TG_ERR_NOMEM, "%s: %s: out of memory", d->fn, d->path), -1;
     for (int hops = 0;; hops++) {
         if (lstat(d->target, &d->st) != 0) {
             if (errno != ENOENT)
@@ -209,7 +209,7 @@ void tg__save_sync_dir(const char *path)
 
 int tg_safetensors_check_writable(const char *path)
 {
-    TG_CHECK_NULL_STATUS(path);
+    TG_NULL_STATUS(path);
     tg__save_dest d;
     char *tmp = NULL;
     int rc = tg__save_prepare(&d, __func__, path);

@@ -322,6 +322,94 @@ START_TEST(state_round_trip_resumes_bit_for_bit)
 }
 END_TEST
 
+/* Every optimizer made, stepped, clipped and exported inside an open scope:
+ * ending the scope takes none of its state nor the exported copies, so the
+ * run goes on bit for bit as the same run made outside any scope. */
+START_TEST(optimizer_used_inside_a_scope_keeps_its_state)
+{
+    for (setup s = SGD_PLAIN; s <= SGD_MOMENTUM; s++) {
+        tg_tensor *p = param(TG_FLOAT32, P0), *q = param(TG_FLOAT32, P0);
+        tg_tensor *c = make(TG_FLOAT32, 2, SHAPE(2, 3), C0);
+        tg_params ps = {0}, qs = {0}, ps_state = {0}, qs_state = {0};
+        tg_params_add(&ps, NULL, "w", p);
+        tg_params_add(&qs, NULL, "w", q);
+        tg_optim *opt = make_opt(s, &ps);
+        steps_on(opt, p, c, 2);
+        ck_assert(tg_clip_grad_norm(&ps, 1.0) > 0);
+        ck_assert_int_eq(tg_optim_state(opt, &ps_state), 0);
+
+        tg_scope_begin();
+        tg_optim *opt_q = make_opt(s, &qs);
+        steps_on(opt_q, q, c, 2);
+        ck_assert(tg_clip_grad_norm(&qs, 1.0) > 0);
+        ck_assert_int_eq(tg_optim_state(opt_q, &qs_state), 0);
+        ck_assert_int_eq(tg_scope_end(), 0);
+
+        steps_on(opt, p, c, 2);
+        steps_on(opt_q, q, c, 2);
+        ck_assert_msg(same_bytes(p, q), "setup %d: the run inside a scope differs", (int)s);
+        ck_assert_int_eq(qs_state.count, ps_state.count);
+        for (int i = 0; i < ps_state.count; i++)
+            ck_assert_msg(same_bytes(ps_state.tensors[i], qs_state.tensors[i]),
+                          "setup %d: %s differs", (int)s, ps_state.names[i]);
+        ck_assert_int_eq(tg_error_code(), TG_OK);
+        tg_optim_free(opt);
+        tg_optim_free(opt_q);
+        tg_params_clear(&ps);
+        tg_params_clear(&qs);
+        tg_params_clear(&ps_state);
+        tg_params_clear(&qs_state);
+        tg_release(p);
+        tg_release(q);
+        tg_release(c);
+    }
+}
+END_TEST
+
+/* The version backward saw and the one it found, from its message. */
+static void versions_in_error(unsigned long long *kept, unsigned long long *now)
+{
+    const char *m = strstr(tg_error_message(), "(version ");
+    ck_assert_msg(m && sscanf(m, "(version %llu, now %llu)", kept, now) == 2,
+                  "no versions in: %s", tg_error_message());
+}
+
+/* A step writes each parameter with a gradient once, whichever kernel
+ * takes it (flat float32 Adam, strided Adam, SGD): a graph that read it
+ * before the step refuses to backpropagate, one version on. */
+START_TEST(step_counts_one_write_per_parameter)
+{
+    for (setup s = SGD_PLAIN; s <= SGD_MOMENTUM; s++) {
+        for (int strided = 0; strided < 2; strided++) {
+            /* strided: a [2,3] leaf view of a [3,2] base, strides (1,2) */
+            tg_tensor *base = make(TG_FLOAT32, 2, strided ? SHAPE(3, 2) : SHAPE(2, 3), P0);
+            tg_tensor *p = strided ? tg_transpose(base, 0, 1) : tg_retain(base);
+            tg_set_requires_grad(p, true);
+            tg_tensor *c = make(TG_FLOAT32, 2, SHAPE(2, 3), C0);
+            tg_params ps = {0};
+            tg_params_add(&ps, NULL, "w", p);
+            tg_optim *opt = make_opt(s, &ps);
+            quad_backward(p, c);
+            tg_scope_begin();
+            tg_tensor *loss = tg_sum(tg_mul(tg_mul(c, p), p), NULL, 0, false);
+            ck_assert_int_eq(tg_optim_step(opt), 0);
+            ck_assert_int_eq(tg_backward(loss, NULL), -1);
+            unsigned long long kept, now;
+            versions_in_error(&kept, &now);
+            ck_assert_msg(now == kept + 1, "setup %d strided %d: version %llu, now %llu",
+                          (int)s, strided, kept, now);
+            tg_scope_end();
+            tg_error_clear();
+            tg_optim_free(opt);
+            tg_params_clear(&ps);
+            tg_release(p);
+            tg_release(base);
+            tg_release(c);
+        }
+    }
+}
+END_TEST
+
 START_TEST(state_holds_the_step_and_moments_by_name)
 {
     tg_tensor *p = param(TG_FLOAT64, P0), *c = make(TG_FLOAT64, 2, SHAPE(2, 3), C0);
@@ -697,6 +785,8 @@ int main(void)
     TCase *state = tcase_checked("state");
     tcase_add_test(state, state_round_trip_resumes_bit_for_bit);
     tcase_add_test(state, state_holds_the_step_and_moments_by_name);
+    tcase_add_test(state, optimizer_used_inside_a_scope_keeps_its_state);
+    tcase_add_test(state, step_counts_one_write_per_parameter);
     tcase_add_test(state, load_state_rejects_bad_states_and_changes_nothing);
     tcase_add_test(state, load_state_converts_float64_moments);
     suite_add_tcase(s, state);

@@ -502,6 +502,39 @@ START_TEST(load_into_copies_into_existing_tensors_of_any_layout)
 }
 END_TEST
 
+/* Loading inside an open scope: the tensors a load makes and the staging
+ * copy load_into writes a strided destination through belong to the call,
+ * so ending the scope releases nothing twice and takes nothing from out. */
+START_TEST(load_and_load_into_work_inside_a_scope)
+{
+    char dir[DIR_CAP], path[PATH_CAP];
+    make_dir(dir);
+    snprintf(path, sizeof path, "%s/s.safetensors", dir);
+    tg_params src = {0}, dst = {0}, back = {0};
+    tg_tensor *a = T32(SHAPE(2, 3), 2, 1, 2, 3, 4, 5, 6);
+    ck_assert_int_eq(tg_params_add(&src, NULL, "a", a), 0);
+    ck_assert_int_eq(tg_safetensors_save(path, &src, 0, NULL, NULL), 0);
+    tg_tensor *base = tg_zeros(TG_FLOAT32, 2, SHAPE(3, 2));
+    tg_tensor *da = tg_transpose(base, 0, 1);
+    ck_assert_int_eq(tg_params_add(&dst, NULL, "a", da), 0);
+    tg_scope_begin();
+    ck_assert_int_eq(tg_safetensors_load_into(path, &dst), 0);
+    ck_assert_int_eq(tg_safetensors_load(path, &back), 0);
+    ck_assert_int_eq(tg_scope_end(), 0);
+    ck_assert_int_eq(tg_error_code(), TG_OK);
+    ck_assert_values(base, 0, 1, 4, 2, 5, 3, 6);
+    ck_assert_int_eq(back.count, 1);
+    ck_assert_values(back.tensors[0], 0, 1, 2, 3, 4, 5, 6);
+    tg_release(a);
+    tg_release(base);
+    tg_release(da);
+    tg_params_clear(&src);
+    tg_params_clear(&dst);
+    tg_params_clear(&back);
+    remove_dir(dir);
+}
+END_TEST
+
 START_TEST(load_into_is_all_or_nothing)
 {
     char dir[DIR_CAP], path[PATH_CAP];
@@ -653,6 +686,7 @@ int main(void)
     TCase *into = tcase_checked("load_into");
     tcase_add_test(into, load_into_copies_into_existing_tensors_of_any_layout);
     tcase_add_test(into, load_into_is_all_or_nothing);
+    tcase_add_test(into, load_and_load_into_work_inside_a_scope);
     suite_add_tcase(s, into);
     TCase *atomic = tcase_checked("atomic saves");
     tcase_add_test(atomic, save_to_unwritable_place_fails_with_io_and_leaves_no_temp_file);
