@@ -475,7 +475,7 @@ tg_tensor *tg__husk(const tg_tensor *t)
     memcpy(h->shape, t->shape, sizeof h->shape);
     memcpy(h->stride, t->stride, sizeof h->stride);
     if (h->node)
-        tg__node_retain(h->node);
+        tg__owner_retain(h->node);
     atomic_fetch_add(&live_tensors, 1);
     return h;
 }
@@ -508,8 +508,7 @@ void tg__release_at_site(tg_tensor *t, const tg__site *site)
     }
     if (--t->refcount > 0)
         return;
-    if (t->node)
-        tg__node_release(t->node);
+    tg__owner_release(t->node);
     tg_release(t->grad);
     if (t->storage && --t->storage->refcount == 0) /* a husk has none */
         storage_free(t->storage);
