@@ -308,6 +308,8 @@ const char *tg_dtype_name(tg_dtype dtype)
 
 bool tg__is_float(tg_dtype dtype) { return dtype == TG_FLOAT32 || dtype == TG_FLOAT64; }
 
+bool tg_dtype_is_float(tg_dtype dtype) { return tg__is_float(dtype); }
+
 static bool valid_dtype(tg_dtype dtype) { return tg_dtype_size(dtype) != 0; }
 
 int64_t tg__numel(int ndim, const int64_t *shape)

@@ -210,6 +210,8 @@ TG_API int64_t tg_numel(const tg_tensor *t);
 TG_API tg_dtype tg_dtype_of(const tg_tensor *t);
 TG_API const char *tg_dtype_name(tg_dtype dtype);
 TG_API size_t tg_dtype_size(tg_dtype dtype);
+/* True for TG_FLOAT32 and TG_FLOAT64. */
+TG_API bool tg_dtype_is_float(tg_dtype dtype);
 TG_API bool tg_is_contiguous(const tg_tensor *t);
 /* The value of a one-element tensor, as a double. NAN and an error if t
  * does not hold exactly one element. */
