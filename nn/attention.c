@@ -189,11 +189,8 @@ static tg_tensor *merged_mask(const tg_mha *m, const tg_tensor *am, const tg_ten
                               bool is_causal, tg_dtype dtype, int64_t B, int64_t L, int64_t S)
 {
     tg_tensor *a = (tg_tensor *)am;
-    if (!a && is_causal) {
-        /* Rows [0, L) and columns [0, S) of the square mask: true where j > i. */
-        int64_t n = L > S ? L : S;
-        a = tg_narrow(tg_narrow(tg_causal_mask(n), 0, 0, L), 1, 0, S);
-    }
+    if (!a && is_causal)
+        a = tg_causal_mask_rect(L, S); /* true where j > i */
     if (a && tg_ndim(a) == 3)
         a = tg_reshape(a, 4, (int64_t[]){B, m->num_heads, L, S});
     tg_tensor *p = kpm ? tg_reshape(kpm, 4, (int64_t[]){B, 1, 1, S}) : NULL;

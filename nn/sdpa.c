@@ -5,19 +5,6 @@
 #include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
-/* A bool [L, S] mask, true where key j comes after query i. */
-static tg_tensor *causal_mask(int64_t L, int64_t S)
-{
-    tg_tensor *m = tg_zeros(TG_BOOL, 2, (int64_t[]){L, S});
-    if (!m)
-        return NULL;
-    bool *p = tg_data(m);
-    for (int64_t i = 0; i < L; i++)
-        for (int64_t j = i + 1; j < S; j++)
-            p[i * S + j] = true;
-    return m;
-}
-
 /* mask must broadcast to the scores [..., L, S] (batch dims of q and k
  * broadcast) without growing them; bool or float. */
 static int check_mask(const char *fn, const tg_tensor *q, const tg_tensor *k,
@@ -131,7 +118,7 @@ tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_tensor *
     else if (mask)
         s = tg_add(s, mask);
     else if (is_causal)
-        s = tg_masked_fill(s, causal_mask(L, S), -INFINITY);
+        s = tg_masked_fill(s, tg_causal_mask_rect(L, S), -INFINITY);
     tg_tensor *w = tg_softmax(s, -1);
     if (dropout_p > 0)
         w = tg_dropout(w, dropout_p, true, rng);
