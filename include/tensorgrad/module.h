@@ -64,7 +64,7 @@ TG_API int tg_check_arg(const void *p, bool is_tensor, const char *fn, const cha
 
 /* Return NULL (TG_CHECK_ARG) or -1 (TG_CHECK_ARG_STATUS) from the calling
  * function when p fails tg_check_arg. p may be any pointer; a tensor is also
- * checked for having been released. */
+ * checked for having been released. The macros need C11 (_Generic). */
 #define TG__ARG_IS_TENSOR(p) \
     _Generic((p), tg_tensor *: true, const tg_tensor *: true, default: false)
 #define TG__CHECK_ARG(p)                                                      \
