@@ -201,7 +201,7 @@ int tg_set_requires_grad(tg_tensor *t, bool requires_grad)
     TG_CHECK_NULL_STATUS(t);
     if (t->node) {
         tg__fail(TG_ERR_STATE, "tg_set_requires_grad: only leaves can be changed; this tensor "
-                               "was made by %s (detach it first)", tg_op_name(t->node->op));
+                               "was made by %s (detach it first)", tg_op_name(tg__node_of(t)->op));
         return -1;
     }
     if (requires_grad && tg__check_float("tg_set_requires_grad", t) < 0)
@@ -272,6 +272,8 @@ static size_t node_size(int n)
     return sizeof(tg_node) + (size_t)n * (sizeof(tg_tensor *) + sizeof(uint64_t) + sizeof(bool));
 }
 
+static void node_destroy(tg__owner *owner);
+
 tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
                       const tg_tensor *const *inputs, tg_node **node_out)
 {
@@ -301,7 +303,7 @@ tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
         return tg__fail(TG_ERR_NOMEM, "tg_%s: out of memory recording the graph",
                         tg_op_name(op));
     }
-    node->refcount = 1;
+    node->owner = (tg__owner){.refcount = 1, .destroy = node_destroy};
     node->bytes = node_size(n);
     node->op = op;
     node->backward = backward;
@@ -323,7 +325,7 @@ tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
     node->out_ndim = out->ndim;
     memcpy(node->out_shape, out->shape, sizeof node->out_shape);
     node->out_dtype = out->dtype;
-    out->node = node;
+    out->node = &node->owner;
     out->requires_grad = true;
     if (node_out)
         *node_out = node;
@@ -358,15 +360,10 @@ static void free_links(tg_node *node)
     node->freed = true;
 }
 
-void tg__node_retain(tg_node *node)
+/* The node's tg__owner destroy: its last reference went. */
+static void node_destroy(tg__owner *owner)
 {
-    node->refcount++;
-}
-
-void tg__node_release(tg_node *node)
-{
-    if (!node || --node->refcount > 0)
-        return;
+    tg_node *node = (tg_node *)owner;
     free_links(node);
     tg__small_free(node, node->bytes);
 }
@@ -489,7 +486,7 @@ static int accumulate(tg_tensor *input, tg_tensor *g)
         tg__bump_version(input->grad); /* the user may hold it (tg_grad) */
         return 0;
     }
-    tg_node *node = input->node;
+    tg_node *node = tg__node_of(input);
     if (!node->grad) {
         node->grad = tg_retain(g);
         node->grad_own = false;
@@ -516,7 +513,7 @@ const char tg__grad_added = 0;
 tg_tensor *tg__grad_target(tg_node *node, int i)
 {
     tg_tensor *input = node->inputs[i];
-    tg_node *producer = input->node;
+    tg_node *producer = tg__node_of(input);
     tg_tensor **slot = producer ? &producer->grad : &input->grad; /* a leaf's .grad is its own */
     bool own = producer ? producer->grad_own : true;
     if (*slot && !own && adoptable(*slot)) /* nobody else holds it: ours as it is */
@@ -537,7 +534,7 @@ tg_tensor *tg__grad_target(tg_node *node, int i)
 tg_tensor *tg__grad_owned(tg_node *node, int i)
 {
     tg_tensor *input = node->inputs[i];
-    tg_node *producer = input->node;
+    tg_node *producer = tg__node_of(input);
     tg_tensor *g = producer ? producer->grad : input->grad;
     if (!g || g->dtype != input->dtype || !tg_is_contiguous(g))
         return NULL;
@@ -626,7 +623,7 @@ static int run_node(tg_node *node)
             const tg_tensor *in = node->inputs[i];
             if (!in->node)
                 tg__bump_version(in->grad);
-            if (anomaly && anomalous_gradient(node, i, in->node ? in->node->grad : in->grad))
+            if (anomaly && anomalous_gradient(node, i, in->node ? tg__node_of(in)->grad : in->grad))
                 rc = -1;
             continue;
         }
@@ -661,7 +658,7 @@ static tg_node **topological_order(tg_node *root, int64_t *count)
         struct frame *f = &stack[depth - 1];
         if (f->next < f->node->n_inputs) {
             tg_tensor *in = f->node->inputs[f->next++];
-            tg_node *child = in ? in->node : NULL;
+            tg_node *child = in ? tg__node_of(in) : NULL;
             if (!child || !f->node->needs[f->next - 1] || child->visit == mark)
                 continue;
             if (child->freed) {
@@ -709,9 +706,9 @@ static int check_root(const tg_tensor *root, const tg_tensor *grad_output)
                                "the ops that made it requires grad)");
         return -1;
     }
-    if (root->node && root->node->freed) {
+    if (root->node && tg__node_of(root)->freed) {
         tg__fail(TG_ERR_STATE, "tg_backward: the graph behind this %s output was freed by an "
-                               "earlier backward", tg_op_name(root->node->op));
+                               "earlier backward", tg_op_name(tg__node_of(root)->op));
         return -1;
     }
     if (!grad_output) {
@@ -749,12 +746,12 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad_output)
         rc = accumulate(root, g);
     } else if (rc == 0) {
         int64_t n = 0;
-        tg_node **order = topological_order(root->node, &n);
+        tg_node **order = topological_order(tg__node_of(root), &n);
         if (!order)
             rc = -1;
         for (int64_t i = 0; i < n; i++)
-            order[i]->refcount++; /* freeing links below must not free nodes we visit */
-        root->node->grad = tg_retain(g);
+            order[i]->owner.refcount++; /* freeing links below must not free nodes we visit */
+        tg__node_of(root)->grad = tg_retain(g);
         /* A node that has run is done with what it saved and its inputs: its
          * links go at once, so activations are freed as backward passes them
          * rather than all at the end. */

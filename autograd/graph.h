@@ -22,7 +22,10 @@ typedef int (*tg_backward_fn)(tg_node *node, const tg_tensor *grad, tg_tensor **
 #define TG_NODE_IARGS (2 * TG_MAX_DIMS)
 
 struct tg_node {
-    int64_t refcount; /* the output tensor's, plus the engine's while it runs */
+    /* First, so that a tensor's node pointer is this: its count is the
+     * output tensor's, plus the engine's while it runs; the last release
+     * frees the node (tensor/ sees only this header). */
+    tg__owner owner;
     size_t bytes;     /* its allocation, inputs[] and needs[] included */
     tg_op op;
     tg_backward_fn backward;
@@ -46,6 +49,18 @@ struct tg_node {
     bool grad_own;     /* grad is a buffer the engine made and alone holds */
     int64_t visit;     /* marks nodes during the topological sort */
 };
+
+/* The node that made t, NULL for a leaf. */
+static inline tg_node *tg__node_of(const tg_tensor *t)
+{
+    return (tg_node *)t->node;
+}
+
+/* Drops a reference to node, freeing it and its links with the last one. */
+static inline void tg__node_release(tg_node *node)
+{
+    tg__owner_release(node ? &node->owner : NULL);
+}
 
 /* True when grad mode is on and one of the n inputs requires grad. */
 bool tg__needs_grad(int n, const tg_tensor *const *inputs);

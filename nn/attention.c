@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
 /* ---- construction -------------------------------------------------------------- */
@@ -51,21 +51,21 @@ static int init_params(tg_mha *m, bool bias, tg_dtype dtype, tg_rng *rng)
 tg_mha *tg_mha_new(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
                    tg_dtype dtype, tg_rng *rng)
 {
-    TG_CHECK_NULL(rng);
+    TG_CHECK_ARG(rng);
     if (embed_dim <= 0 || num_heads <= 0)
-        return tg__fail(TG_ERR_VALUE, "tg_mha_new: embed_dim %lld and num_heads %lld must be "
-                        "positive", (long long)embed_dim, (long long)num_heads);
+        return tg_fail(TG_ERR_VALUE, "tg_mha_new: embed_dim %lld and num_heads %lld must be "
+                       "positive", (long long)embed_dim, (long long)num_heads);
     if (embed_dim % num_heads != 0)
-        return tg__fail(TG_ERR_VALUE, "tg_mha_new: embed_dim %lld is not divisible by "
-                        "num_heads %lld", (long long)embed_dim, (long long)num_heads);
+        return tg_fail(TG_ERR_VALUE, "tg_mha_new: embed_dim %lld is not divisible by "
+                       "num_heads %lld", (long long)embed_dim, (long long)num_heads);
     if (!(dropout >= 0 && dropout < 1))
-        return tg__fail(TG_ERR_VALUE, "tg_mha_new: dropout %g is outside [0, 1)", dropout);
+        return tg_fail(TG_ERR_VALUE, "tg_mha_new: dropout %g is outside [0, 1)", dropout);
     if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64)
-        return tg__fail(TG_ERR_DTYPE, "tg_mha_new: dtype %s is not a float dtype",
-                        tg_dtype_name(dtype));
+        return tg_fail(TG_ERR_DTYPE, "tg_mha_new: dtype %s is not a float dtype",
+                       tg_dtype_name(dtype));
     tg_mha *m = calloc(1, sizeof *m);
     if (!m)
-        return tg__fail(TG_ERR_NOMEM, "tg_mha_new: out of memory");
+        return tg_fail(TG_ERR_NOMEM, "tg_mha_new: out of memory");
     m->embed_dim = embed_dim;
     m->num_heads = num_heads;
     m->head_dim = embed_dim / num_heads;
@@ -89,24 +89,24 @@ static int check_module(const tg_mha *m)
     const char *fn = "tg_mha_forward";
     int64_t E = m->embed_dim, H = m->num_heads;
     if (!m->in_proj_weight || !m->out_proj) {
-        tg__fail(TG_ERR_NULL, "%s: m->%s is NULL", fn, !m->in_proj_weight ? "in_proj_weight"
+        tg_fail(TG_ERR_NULL, "%s: m->%s is NULL", fn, !m->in_proj_weight ? "in_proj_weight"
                                                                           : "out_proj");
         return -1;
     }
     if (E <= 0 || H <= 0 || m->head_dim * H != E) {
-        tg__fail(TG_ERR_VALUE, "%s: embed_dim %lld, num_heads %lld and head_dim %lld do not "
-                 "fit", fn, (long long)E, (long long)H, (long long)m->head_dim);
+        tg_fail(TG_ERR_VALUE, "%s: embed_dim %lld, num_heads %lld and head_dim %lld do not "
+                "fit", fn, (long long)E, (long long)H, (long long)m->head_dim);
         return -1;
     }
     const tg_tensor *w = m->in_proj_weight, *b = m->in_proj_bias;
-    if (w->ndim != 2 || w->shape[0] != 3 * E || w->shape[1] != E) {
-        tg__fail(TG_ERR_SHAPE, "%s: in_proj_weight %s is not [3 * embed_dim, embed_dim] with "
-                 "embed_dim %lld", fn, TG_SHAPE_STR(w), (long long)E);
+    if (tg_ndim(w) != 2 || tg_shape(w)[0] != 3 * E || tg_shape(w)[1] != E) {
+        tg_fail(TG_ERR_SHAPE, "%s: in_proj_weight %s is not [3 * embed_dim, embed_dim] with "
+                "embed_dim %lld", fn, TG_SHAPE_STRING(w), (long long)E);
         return -1;
     }
-    if (b && (b->ndim != 1 || b->shape[0] != 3 * E)) {
-        tg__fail(TG_ERR_SHAPE, "%s: in_proj_bias %s is not [3 * embed_dim] with embed_dim "
-                 "%lld", fn, TG_SHAPE_STR(b), (long long)E);
+    if (b && (tg_ndim(b) != 1 || tg_shape(b)[0] != 3 * E)) {
+        tg_fail(TG_ERR_SHAPE, "%s: in_proj_bias %s is not [3 * embed_dim] with embed_dim "
+                "%lld", fn, TG_SHAPE_STRING(b), (long long)E);
         return -1;
     }
     return 0;
@@ -117,26 +117,27 @@ static int check_inputs(const tg_mha *m, const tg_tensor *q, const tg_tensor *k,
                         const tg_tensor *v)
 {
     const char *fn = "tg_mha_forward";
-    if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || q->shape[2] != m->embed_dim ||
-        k->shape[2] != m->embed_dim) {
-        tg__fail(TG_ERR_SHAPE, "%s: query %s, key %s and value %s must all be [B, *, "
-                 "embed_dim %lld] or all unbatched [*, embed_dim]", fn, TG_SHAPE_STR(q),
-                 TG_SHAPE_STR(k), TG_SHAPE_STR(v), (long long)m->embed_dim);
+    if (tg_ndim(q) != 3 || tg_ndim(k) != 3 || tg_ndim(v) != 3 || tg_shape(q)[2] != m->embed_dim ||
+        tg_shape(k)[2] != m->embed_dim) {
+        tg_fail(TG_ERR_SHAPE, "%s: query %s, key %s and value %s must all be [B, *, "
+                "embed_dim %lld] or all unbatched [*, embed_dim]", fn, TG_SHAPE_STRING(q),
+                TG_SHAPE_STRING(k), TG_SHAPE_STRING(v), (long long)m->embed_dim);
         return -1;
     }
     bool same_kv = true;
     for (int d = 0; d < 3; d++)
-        same_kv = same_kv && k->shape[d] == v->shape[d];
-    if (!same_kv || q->shape[0] != k->shape[0]) {
-        tg__fail(TG_ERR_SHAPE, "%s: key %s and value %s must have the same shape, and the "
-                 "batch size of query %s", fn, TG_SHAPE_STR(k), TG_SHAPE_STR(v), TG_SHAPE_STR(q));
+        same_kv = same_kv && tg_shape(k)[d] == tg_shape(v)[d];
+    if (!same_kv || tg_shape(q)[0] != tg_shape(k)[0]) {
+        tg_fail(TG_ERR_SHAPE, "%s: key %s and value %s must have the same shape, and the "
+                "batch size of query %s", fn, TG_SHAPE_STRING(k), TG_SHAPE_STRING(v),
+                TG_SHAPE_STRING(q));
         return -1;
     }
-    tg_dtype dt = m->in_proj_weight->dtype;
-    if (q->dtype != dt || k->dtype != dt || v->dtype != dt) {
-        tg__fail(TG_ERR_DTYPE, "%s: query, key and value (%s, %s, %s) must have the "
-                 "parameters' dtype %s", fn, tg_dtype_name(q->dtype), tg_dtype_name(k->dtype),
-                 tg_dtype_name(v->dtype), tg_dtype_name(dt));
+    tg_dtype dt = tg_dtype_of(m->in_proj_weight);
+    if (tg_dtype_of(q) != dt || tg_dtype_of(k) != dt || tg_dtype_of(v) != dt) {
+        tg_fail(TG_ERR_DTYPE, "%s: query, key and value (%s, %s, %s) must have the "
+                "parameters' dtype %s", fn, tg_dtype_name(tg_dtype_of(q)),
+                tg_dtype_name(tg_dtype_of(k)), tg_dtype_name(tg_dtype_of(v)), tg_dtype_name(dt));
         return -1;
     }
     return 0;
@@ -147,23 +148,23 @@ static int check_masks(const tg_mha *m, const tg_tensor *am, const tg_tensor *kp
                        int64_t L, int64_t S)
 {
     const char *fn = "tg_mha_forward";
-    if ((am && am->dtype == TG_INT64) || (kpm && kpm->dtype == TG_INT64)) {
-        tg__fail(TG_ERR_DTYPE, "%s: %s must be bool or float, not int64", fn,
-                 am && am->dtype == TG_INT64 ? "attn_mask" : "key_padding_mask");
+    if ((am && tg_dtype_of(am) == TG_INT64) || (kpm && tg_dtype_of(kpm) == TG_INT64)) {
+        tg_fail(TG_ERR_DTYPE, "%s: %s must be bool or float, not int64", fn,
+                am && tg_dtype_of(am) == TG_INT64 ? "attn_mask" : "key_padding_mask");
         return -1;
     }
-    if (am && !(am->ndim == 2 && am->shape[0] == L && am->shape[1] == S) &&
-        !(am->ndim == 3 && am->shape[0] == B * m->num_heads && am->shape[1] == L &&
-          am->shape[2] == S)) {
-        tg__fail(TG_ERR_SHAPE, "%s: attn_mask %s is neither [L, S] = [%lld,%lld] nor "
-                 "[B * num_heads, L, S] = [%lld,%lld,%lld]", fn, TG_SHAPE_STR(am),
-                 (long long)L, (long long)S, (long long)(B * m->num_heads), (long long)L,
-                 (long long)S);
+    if (am && !(tg_ndim(am) == 2 && tg_shape(am)[0] == L && tg_shape(am)[1] == S) &&
+        !(tg_ndim(am) == 3 && tg_shape(am)[0] == B * m->num_heads && tg_shape(am)[1] == L &&
+          tg_shape(am)[2] == S)) {
+        tg_fail(TG_ERR_SHAPE, "%s: attn_mask %s is neither [L, S] = [%lld,%lld] nor "
+                "[B * num_heads, L, S] = [%lld,%lld,%lld]", fn, TG_SHAPE_STRING(am),
+                (long long)L, (long long)S, (long long)(B * m->num_heads), (long long)L,
+                (long long)S);
         return -1;
     }
-    if (kpm && !(kpm->ndim == 2 && kpm->shape[0] == B && kpm->shape[1] == S)) {
-        tg__fail(TG_ERR_SHAPE, "%s: key_padding_mask %s is not [B, S] = [%lld,%lld]", fn,
-                 TG_SHAPE_STR(kpm), (long long)B, (long long)S);
+    if (kpm && !(tg_ndim(kpm) == 2 && tg_shape(kpm)[0] == B && tg_shape(kpm)[1] == S)) {
+        tg_fail(TG_ERR_SHAPE, "%s: key_padding_mask %s is not [B, S] = [%lld,%lld]", fn,
+                TG_SHAPE_STRING(kpm), (long long)B, (long long)S);
         return -1;
     }
     return 0;
@@ -175,9 +176,9 @@ static int check_masks(const tg_mha *m, const tg_tensor *am, const tg_tensor *kp
  * mask is true. Called inside the forward's scope. */
 static tg_tensor *additive(const tg_tensor *mask, tg_dtype dtype)
 {
-    if (mask->dtype == TG_BOOL)
-        return tg_masked_fill(tg_zeros(dtype, mask->ndim, mask->shape), mask, -INFINITY);
-    return mask->dtype == dtype ? (tg_tensor *)mask : tg_to_dtype(mask, dtype);
+    if (tg_dtype_of(mask) == TG_BOOL)
+        return tg_masked_fill(tg_zeros(dtype, tg_ndim(mask), tg_shape(mask)), mask, -INFINITY);
+    return tg_dtype_of(mask) == dtype ? (tg_tensor *)mask : tg_to_dtype(mask, dtype);
 }
 
 /* The one mask the heads see, broadcasting to [B, H, L, S], or NULL:
@@ -188,17 +189,14 @@ static tg_tensor *merged_mask(const tg_mha *m, const tg_tensor *am, const tg_ten
                               bool is_causal, tg_dtype dtype, int64_t B, int64_t L, int64_t S)
 {
     tg_tensor *a = (tg_tensor *)am;
-    if (!a && is_causal) {
-        /* Rows [0, L) and columns [0, S) of the square mask: true where j > i. */
-        int64_t n = L > S ? L : S;
-        a = tg_narrow(tg_narrow(tg_causal_mask(n), 0, 0, L), 1, 0, S);
-    }
-    if (a && a->ndim == 3)
+    if (!a && is_causal)
+        a = tg_causal_mask_rect(L, S); /* true where j > i */
+    if (a && tg_ndim(a) == 3)
         a = tg_reshape(a, 4, (int64_t[]){B, m->num_heads, L, S});
     tg_tensor *p = kpm ? tg_reshape(kpm, 4, (int64_t[]){B, 1, 1, S}) : NULL;
     if (!p || !a) {
         tg_tensor *one = a ? a : p;
-        return one && one->dtype != TG_BOOL ? additive(one, dtype) : one;
+        return one && tg_dtype_of(one) != TG_BOOL ? additive(one, dtype) : one;
     }
     return tg_add(additive(a, dtype), additive(p, dtype));
 }
@@ -208,7 +206,7 @@ static tg_tensor *split_heads(const tg_mha *m, tg_tensor *y)
 {
     if (!y)
         return NULL;
-    y = tg_reshape(y, 4, (int64_t[]){y->shape[0], y->shape[1], m->num_heads, m->head_dim});
+    y = tg_reshape(y, 4, (int64_t[]){tg_shape(y)[0], tg_shape(y)[1], m->num_heads, m->head_dim});
     return tg_transpose(y, 1, 2);
 }
 
@@ -242,16 +240,16 @@ tg_tensor *tg_mha_forward(const tg_mha *m, const tg_tensor *query, const tg_tens
 {
     if (weights)
         *weights = NULL;
-    TG_CHECK_NULL(m);
-    TG_CHECK_NULL(query);
-    TG_CHECK_NULL(key);
-    TG_CHECK_NULL(value);
+    TG_CHECK_ARG(m);
+    TG_CHECK_ARG(query);
+    TG_CHECK_ARG(key);
+    TG_CHECK_ARG(value);
     if (check_module(m) < 0)
         return NULL;
     const tg_mha_options none = {0};
     if (!opts)
         opts = &none;
-    bool unbatched = query->ndim == 2 && key->ndim == 2 && value->ndim == 2;
+    bool unbatched = tg_ndim(query) == 2 && tg_ndim(key) == 2 && tg_ndim(value) == 2;
     bool self = query == key && key == value;
     bool want_w = opts->need_weights && weights;
     tg_scope_begin();
@@ -259,15 +257,15 @@ tg_tensor *tg_mha_forward(const tg_mha *m, const tg_tensor *query, const tg_tens
     if (unbatched) {
         /* Batch of one: an unbatched key_padding_mask is [S]. */
         q = tg_unsqueeze(q, 0), k = tg_unsqueeze(k, 0), v = tg_unsqueeze(v, 0);
-        if (kpm && kpm->ndim == 1)
+        if (kpm && tg_ndim(kpm) == 1)
             kpm = tg_unsqueeze(kpm, 0);
     }
     if (check_inputs(m, q, k, v) < 0 ||
-        check_masks(m, opts->attn_mask, kpm, q->shape[0], q->shape[1], k->shape[1]) < 0) {
+        check_masks(m, opts->attn_mask, kpm, tg_shape(q)[0], tg_shape(q)[1], tg_shape(k)[1]) < 0) {
         tg_scope_end();
         return NULL;
     }
-    int64_t B = q->shape[0], L = q->shape[1], S = k->shape[1];
+    int64_t B = tg_shape(q)[0], L = tg_shape(q)[1], S = tg_shape(k)[1];
     tg_tensor *w = NULL; /* [B, H, L, S] */
     double p = m->train ? m->dropout : 0;
     tg_tensor *o;
@@ -277,8 +275,8 @@ tg_tensor *tg_mha_forward(const tg_mha *m, const tg_tensor *query, const tg_tens
         tg_tensor *qkv = tg_affine(q, m->in_proj_weight, m->in_proj_bias);
         o = tg_attention_qkvpacked(qkv, m->num_heads, opts->is_causal, 0, p, m->rng);
     } else {
-        tg_tensor *mask = merged_mask(m, opts->attn_mask, kpm, opts->is_causal, q->dtype, B, L,
-                                      S);
+        tg_tensor *mask = merged_mask(m, opts->attn_mask, kpm, opts->is_causal, tg_dtype_of(q), B,
+                                      L, S);
         tg_tensor *heads[3];
         if (self) {
             project_self(m, q, heads);
@@ -303,20 +301,20 @@ tg_tensor *tg_mha_forward(const tg_mha *m, const tg_tensor *query, const tg_tens
         tg_retain(w);
     o = tg_scope_end_keep(o);
     if (want_w && o)
-        *weights = tg__ret(w); /* to the caller's scope, like o */
+        *weights = tg_scope_adopt(w); /* to the caller's scope, like o */
     return o;
 }
 
 int tg_mha_params(const tg_mha *m, const char *prefix, tg_params *ps)
 {
-    TG_CHECK_NULL_STATUS(m);
-    TG_CHECK_NULL_STATUS(ps);
+    TG_CHECK_ARG_STATUS(m);
+    TG_CHECK_ARG_STATUS(ps);
     int start = ps->count;
     bool has = prefix && *prefix;
     size_t n = (has ? strlen(prefix) + 1 : 0) + sizeof "out_proj";
     char *sub = malloc(n);
     if (!sub) {
-        tg__fail(TG_ERR_NOMEM, "tg_mha_params: out of memory");
+        tg_fail(TG_ERR_NOMEM, "tg_mha_params: out of memory");
         return -1;
     }
     snprintf(sub, n, "%s%sout_proj", has ? prefix : "", has ? "." : "");

@@ -2,23 +2,23 @@
  * int64 indices of any shape through the op tg_embedding. */
 #include <stdlib.h>
 
-#include "internal.h"
+#include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
 tg_embedding_module *tg_embedding_new(int64_t num_embeddings, int64_t embedding_dim,
                                       tg_dtype dtype, tg_rng *rng)
 {
-    TG_CHECK_NULL(rng);
+    TG_CHECK_ARG(rng);
     if (num_embeddings <= 0 || embedding_dim <= 0)
-        return tg__fail(TG_ERR_VALUE, "tg_embedding_new: num_embeddings %lld and embedding_dim "
-                        "%lld must be positive", (long long)num_embeddings,
-                        (long long)embedding_dim);
+        return tg_fail(TG_ERR_VALUE, "tg_embedding_new: num_embeddings %lld and embedding_dim "
+                       "%lld must be positive", (long long)num_embeddings,
+                       (long long)embedding_dim);
     if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64)
-        return tg__fail(TG_ERR_DTYPE, "tg_embedding_new: dtype %s is not a float dtype",
-                        tg_dtype_name(dtype));
+        return tg_fail(TG_ERR_DTYPE, "tg_embedding_new: dtype %s is not a float dtype",
+                       tg_dtype_name(dtype));
     tg_embedding_module *m = calloc(1, sizeof *m);
     if (!m)
-        return tg__fail(TG_ERR_NOMEM, "tg_embedding_new: out of memory");
+        return tg_fail(TG_ERR_NOMEM, "tg_embedding_new: out of memory");
     m->num_embeddings = num_embeddings;
     m->embedding_dim = embedding_dim;
     bool was = tg_set_grad_enabled(false);
@@ -37,15 +37,15 @@ tg_embedding_module *tg_embedding_new(int64_t num_embeddings, int64_t embedding_
 /* int64 indices [...] -> [..., dim] */
 tg_tensor *tg_embedding_forward(const tg_embedding_module *m, const tg_tensor *indices)
 {
-    TG_CHECK_NULL(m);
-    TG_CHECK_NULL(indices);
+    TG_CHECK_ARG(m);
+    TG_CHECK_ARG(indices);
     return tg_embedding(m->weight, indices);
 }
 
 int tg_embedding_params(const tg_embedding_module *m, const char *prefix, tg_params *ps)
 {
-    TG_CHECK_NULL_STATUS(m);
-    TG_CHECK_NULL_STATUS(ps);
+    TG_CHECK_ARG_STATUS(m);
+    TG_CHECK_ARG_STATUS(ps);
     return tg_params_add(ps, prefix, "weight", m->weight);
 }
 

@@ -5,38 +5,38 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
 /* Every value PyTorch would reject, named in the message of fn. */
 static int check_config(const char *fn, const tg_encoder_config *c, tg_dtype dtype)
 {
     if (c->d_model <= 0 || c->nhead <= 0 || c->dim_feedforward <= 0) {
-        tg__fail(TG_ERR_VALUE, "%s: d_model %lld, nhead %lld and dim_feedforward %lld must be "
-                 "positive", fn, (long long)c->d_model, (long long)c->nhead,
-                 (long long)c->dim_feedforward);
+        tg_fail(TG_ERR_VALUE, "%s: d_model %lld, nhead %lld and dim_feedforward %lld must be "
+                "positive", fn, (long long)c->d_model, (long long)c->nhead,
+                (long long)c->dim_feedforward);
         return -1;
     }
     if (c->d_model % c->nhead != 0) {
-        tg__fail(TG_ERR_VALUE, "%s: d_model %lld is not divisible by nhead %lld", fn,
-                 (long long)c->d_model, (long long)c->nhead);
+        tg_fail(TG_ERR_VALUE, "%s: d_model %lld is not divisible by nhead %lld", fn,
+                (long long)c->d_model, (long long)c->nhead);
         return -1;
     }
     if (!(c->dropout >= 0 && c->dropout < 1)) {
-        tg__fail(TG_ERR_VALUE, "%s: dropout %g is outside [0, 1)", fn, c->dropout);
+        tg_fail(TG_ERR_VALUE, "%s: dropout %g is outside [0, 1)", fn, c->dropout);
         return -1;
     }
     if (!(c->layer_norm_eps > 0)) {
-        tg__fail(TG_ERR_VALUE, "%s: layer_norm_eps %g must be positive", fn, c->layer_norm_eps);
+        tg_fail(TG_ERR_VALUE, "%s: layer_norm_eps %g must be positive", fn, c->layer_norm_eps);
         return -1;
     }
     if (c->activation != TG_ACT_RELU && c->activation != TG_ACT_GELU) {
-        tg__fail(TG_ERR_VALUE, "%s: activation %d is neither TG_ACT_RELU nor TG_ACT_GELU", fn,
-                 (int)c->activation);
+        tg_fail(TG_ERR_VALUE, "%s: activation %d is neither TG_ACT_RELU nor TG_ACT_GELU", fn,
+                (int)c->activation);
         return -1;
     }
     if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64) {
-        tg__fail(TG_ERR_DTYPE, "%s: dtype %s is not a float dtype", fn, tg_dtype_name(dtype));
+        tg_fail(TG_ERR_DTYPE, "%s: dtype %s is not a float dtype", fn, tg_dtype_name(dtype));
         return -1;
     }
     return 0;
@@ -47,13 +47,13 @@ static int check_config(const char *fn, const tg_encoder_config *c, tg_dtype dty
 tg_encoder_layer *tg_encoder_layer_new(const tg_encoder_config *config, tg_dtype dtype,
                                        tg_rng *rng)
 {
-    TG_CHECK_NULL(config);
-    TG_CHECK_NULL(rng);
+    TG_CHECK_ARG(config);
+    TG_CHECK_ARG(rng);
     if (check_config("tg_encoder_layer_new", config, dtype) < 0)
         return NULL;
     tg_encoder_layer *m = calloc(1, sizeof *m);
     if (!m)
-        return tg__fail(TG_ERR_NOMEM, "tg_encoder_layer_new: out of memory");
+        return tg_fail(TG_ERR_NOMEM, "tg_encoder_layer_new: out of memory");
     m->config = *config;
     m->rng = rng;
     int64_t d = config->d_model, dff = config->dim_feedforward;
@@ -86,14 +86,14 @@ tg_tensor *tg_encoder_layer_forward(const tg_encoder_layer *m, const tg_tensor *
                                     const tg_tensor *src_mask,
                                     const tg_tensor *src_key_padding_mask)
 {
-    TG_CHECK_NULL(m);
-    TG_CHECK_NULL(src);
+    TG_CHECK_ARG(m);
+    TG_CHECK_ARG(src);
     if (!m->self_attn || !m->linear1 || !m->linear2 || !m->norm1 || !m->norm2)
-        return tg__fail(TG_ERR_NULL, "tg_encoder_layer_forward: the layer lacks a sub-module");
+        return tg_fail(TG_ERR_NULL, "tg_encoder_layer_forward: the layer lacks a sub-module");
     int64_t d = m->config.d_model;
-    if ((src->ndim != 2 && src->ndim != 3) || src->shape[src->ndim - 1] != d)
-        return tg__fail(TG_ERR_SHAPE, "tg_encoder_layer_forward: src %s is not [B, T, d_model "
-                        "%lld] or [T, d_model]", TG_SHAPE_STR(src), (long long)d);
+    if ((tg_ndim(src) != 2 && tg_ndim(src) != 3) || tg_shape(src)[tg_ndim(src) - 1] != d)
+        return tg_fail(TG_ERR_SHAPE, "tg_encoder_layer_forward: src %s is not [B, T, d_model "
+                       "%lld] or [T, d_model]", TG_SHAPE_STRING(src), (long long)d);
     tg_mha_options opts = {.attn_mask = src_mask, .key_padding_mask = src_key_padding_mask};
     /* dropout1, dropout (inside the feed-forward) and dropout2 share p and rng. */
     tg_dropout_module drop = {m->config.dropout, m->train, m->rng};
@@ -130,7 +130,7 @@ static char *sub_prefix(const char *prefix, const char *name)
     size_t lp = prefix ? strlen(prefix) : 0, ln = strlen(name);
     char *s = malloc(lp + ln + 2);
     if (!s) {
-        tg__fail(TG_ERR_NOMEM, "tg_encoder_params: out of memory for the name \"%s\"", name);
+        tg_fail(TG_ERR_NOMEM, "tg_encoder_params: out of memory for the name \"%s\"", name);
         return NULL;
     }
     if (lp) {
@@ -166,8 +166,8 @@ static int add_norm(const void *m, const char *p, tg_params *ps)
 
 int tg_encoder_layer_params(const tg_encoder_layer *m, const char *prefix, tg_params *ps)
 {
-    TG_CHECK_NULL_STATUS(m);
-    TG_CHECK_NULL_STATUS(ps);
+    TG_CHECK_ARG_STATUS(m);
+    TG_CHECK_ARG_STATUS(ps);
     int start = ps->count;
     /* The order of PyTorch's state_dict: modules in construction order. */
     if (add_part(prefix, "self_attn", ps, add_mha, m->self_attn) < 0 ||
@@ -207,20 +207,20 @@ void tg_encoder_layer_free(tg_encoder_layer *m)
 tg_encoder *tg_encoder_new(const tg_encoder_config *layer, int num_layers, bool final_norm,
                            tg_dtype dtype, tg_rng *rng)
 {
-    TG_CHECK_NULL(layer);
-    TG_CHECK_NULL(rng);
+    TG_CHECK_ARG(layer);
+    TG_CHECK_ARG(rng);
     if (check_config("tg_encoder_new", layer, dtype) < 0)
         return NULL;
     if (num_layers < 1)
-        return tg__fail(TG_ERR_VALUE, "tg_encoder_new: num_layers %d must be at least 1",
-                        num_layers);
+        return tg_fail(TG_ERR_VALUE, "tg_encoder_new: num_layers %d must be at least 1",
+                       num_layers);
     tg_encoder *m = calloc(1, sizeof *m);
     if (!m)
-        return tg__fail(TG_ERR_NOMEM, "tg_encoder_new: out of memory");
+        return tg_fail(TG_ERR_NOMEM, "tg_encoder_new: out of memory");
     m->layers = calloc((size_t)num_layers, sizeof *m->layers);
     if (!m->layers) {
         free(m);
-        return tg__fail(TG_ERR_NOMEM, "tg_encoder_new: out of memory for %d layers", num_layers);
+        return tg_fail(TG_ERR_NOMEM, "tg_encoder_new: out of memory for %d layers", num_layers);
     }
     m->num_layers = num_layers;
     for (int i = 0; i < num_layers; i++) {
@@ -244,11 +244,11 @@ tg_encoder *tg_encoder_new(const tg_encoder_config *layer, int num_layers, bool 
 tg_tensor *tg_encoder_forward(const tg_encoder *m, const tg_tensor *src, const tg_tensor *mask,
                               const tg_tensor *src_key_padding_mask)
 {
-    TG_CHECK_NULL(m);
-    TG_CHECK_NULL(src);
+    TG_CHECK_ARG(m);
+    TG_CHECK_ARG(src);
     if (m->num_layers < 1 || !m->layers)
-        return tg__fail(TG_ERR_VALUE, "tg_encoder_forward: the encoder has %d layers",
-                        m->num_layers);
+        return tg_fail(TG_ERR_VALUE, "tg_encoder_forward: the encoder has %d layers",
+                       m->num_layers);
     tg_scope_begin();
     tg_tensor *x = (tg_tensor *)src;
     for (int i = 0; i < m->num_layers && x; i++)
@@ -260,8 +260,8 @@ tg_tensor *tg_encoder_forward(const tg_encoder *m, const tg_tensor *src, const t
 
 int tg_encoder_params(const tg_encoder *m, const char *prefix, tg_params *ps)
 {
-    TG_CHECK_NULL_STATUS(m);
-    TG_CHECK_NULL_STATUS(ps);
+    TG_CHECK_ARG_STATUS(m);
+    TG_CHECK_ARG_STATUS(ps);
     int start = ps->count;
     char *layers = sub_prefix(prefix, "layers");
     int rc = layers ? 0 : -1;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
 /* One transformer block; Linear weights are [out, in]. */
@@ -66,7 +66,7 @@ static tg_linear *gpt_linear(int64_t in, int64_t out, double std, tg_dtype dtype
 {
     tg_linear *m = calloc(1, sizeof *m);
     if (!m)
-        return tg__fail(TG_ERR_NOMEM, "tg_gpt_new: out of memory");
+        return tg_fail(TG_ERR_NOMEM, "tg_gpt_new: out of memory");
     m->in_features = in;
     m->out_features = out;
     m->weight = normal_param(rng, dtype, 2, (int64_t[]){out, in}, std);
@@ -82,7 +82,7 @@ static tg_embedding_module *gpt_embedding(int64_t num, int64_t dim, tg_dtype dty
 {
     tg_embedding_module *m = calloc(1, sizeof *m);
     if (!m)
-        return tg__fail(TG_ERR_NOMEM, "tg_gpt_new: out of memory");
+        return tg_fail(TG_ERR_NOMEM, "tg_gpt_new: out of memory");
     m->num_embeddings = num;
     m->embedding_dim = dim;
     m->weight = normal_param(rng, dtype, 2, (int64_t[]){num, dim}, 0.02);
@@ -103,25 +103,25 @@ static int check_config(const tg_gpt_config *c, tg_dtype dtype)
                  {"n_embd", c->n_embd}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (sizes[i].value <= 0) {
-            tg__fail(TG_ERR_VALUE, "tg_gpt_new: %s = %lld must be positive", sizes[i].name,
-                     (long long)sizes[i].value);
+            tg_fail(TG_ERR_VALUE, "tg_gpt_new: %s = %lld must be positive", sizes[i].name,
+                    (long long)sizes[i].value);
             return -1;
         }
     if (c->n_layer > 1 << 20) {
-        tg__fail(TG_ERR_VALUE, "tg_gpt_new: n_layer = %lld is too large", (long long)c->n_layer);
+        tg_fail(TG_ERR_VALUE, "tg_gpt_new: n_layer = %lld is too large", (long long)c->n_layer);
         return -1;
     }
     if (c->n_embd % c->n_head != 0) {
-        tg__fail(TG_ERR_VALUE, "tg_gpt_new: n_embd = %lld is not a multiple of n_head = %lld",
-                 (long long)c->n_embd, (long long)c->n_head);
+        tg_fail(TG_ERR_VALUE, "tg_gpt_new: n_embd = %lld is not a multiple of n_head = %lld",
+                (long long)c->n_embd, (long long)c->n_head);
         return -1;
     }
     if (!(c->dropout >= 0 && c->dropout < 1)) {
-        tg__fail(TG_ERR_VALUE, "tg_gpt_new: dropout = %g is outside [0, 1)", c->dropout);
+        tg_fail(TG_ERR_VALUE, "tg_gpt_new: dropout = %g is outside [0, 1)", c->dropout);
         return -1;
     }
     if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64) {
-        tg__fail(TG_ERR_DTYPE, "tg_gpt_new: dtype %s is not a float dtype", tg_dtype_name(dtype));
+        tg_fail(TG_ERR_DTYPE, "tg_gpt_new: dtype %s is not a float dtype", tg_dtype_name(dtype));
         return -1;
     }
     return 0;
@@ -156,7 +156,7 @@ static int init_weights(tg_gpt *m, tg_dtype dtype, tg_rng *rng)
         return -1;
     m->drop_rng = tg_rng_new(tg_rng_next(rng));
     if (!m->drop_rng) {
-        tg__fail(TG_ERR_NOMEM, "tg_gpt_new: out of memory");
+        tg_fail(TG_ERR_NOMEM, "tg_gpt_new: out of memory");
         return -1;
     }
     return 0;
@@ -164,8 +164,8 @@ static int init_weights(tg_gpt *m, tg_dtype dtype, tg_rng *rng)
 
 tg_gpt *tg_gpt_new(const tg_gpt_config *config, tg_dtype dtype, tg_rng *rng)
 {
-    TG_CHECK_NULL(config);
-    TG_CHECK_NULL(rng);
+    TG_CHECK_ARG(config);
+    TG_CHECK_ARG(rng);
     if (check_config(config, dtype) < 0)
         return NULL;
     tg_gpt *m = calloc(1, sizeof *m);
@@ -173,7 +173,7 @@ tg_gpt *tg_gpt_new(const tg_gpt_config *config, tg_dtype dtype, tg_rng *rng)
         m->h = calloc((size_t)config->n_layer, sizeof *m->h);
     if (!m || !m->h) {
         free(m);
-        return tg__fail(TG_ERR_NOMEM, "tg_gpt_new: out of memory");
+        return tg_fail(TG_ERR_NOMEM, "tg_gpt_new: out of memory");
     }
     m->config = *config;
     m->train = true;
@@ -189,13 +189,13 @@ tg_gpt *tg_gpt_new(const tg_gpt_config *config, tg_dtype dtype, tg_rng *rng)
 
 const tg_gpt_config *tg_gpt_config_of(const tg_gpt *m)
 {
-    TG_CHECK_NULL(m);
+    TG_CHECK_ARG(m);
     return &m->config;
 }
 
 tg_rng *tg_gpt_rng(const tg_gpt *m)
 {
-    TG_CHECK_NULL(m);
+    TG_CHECK_ARG(m);
     return m->drop_rng;
 }
 
@@ -256,8 +256,8 @@ static int block_params(const gpt_block *b, int64_t l, tg_params *ps)
 /* PyTorch's state-dict order, without lm_head.weight (it is wte's weight). */
 int tg_gpt_params(const tg_gpt *m, tg_params *ps)
 {
-    TG_CHECK_NULL_STATUS(m);
-    TG_CHECK_NULL_STATUS(ps);
+    TG_CHECK_ARG_STATUS(m);
+    TG_CHECK_ARG_STATUS(ps);
     int start = ps->count;
     int rc = tg_embedding_params(m->wte, "transformer.wte", ps);
     if (rc == 0)
@@ -291,23 +291,27 @@ static int cache_write(kv_cache *c, const tg_tensor *k, const tg_tensor *v, int6
 {
     if (!k || !v)
         return -1;
-    int64_t H = c->k->shape[0], S = c->k->shape[1], Dh = c->k->shape[2], T = k->shape[2];
-    size_t row = (size_t)Dh * tg_dtype_size(k->dtype);
+    const int64_t *cs = tg_shape(c->k); /* [H, S, Dh] */
+    int64_t H = cs[0], S = cs[1], Dh = cs[2], T = tg_shape(k)[2];
+    size_t row = (size_t)Dh * tg_dtype_size(tg_dtype_of(k));
     const tg_tensor *src[2] = {k, v};
     tg_tensor *dst[2] = {c->k, c->v};
-    for (int i = 0; i < 2; i++) {
-        tg_tensor *s = tg__contiguous(src[i]);
-        if (!s)
-            return -1;
-        char *to = tg__ptr(dst[i]);
-        const char *from = tg__ptr(s);
+    int rc = 0;
+    tg_scope_begin(); /* holds the contiguous copies */
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        const char *from = tg_data_const(tg_contiguous(src[i]));
+        char *to = from ? tg_data(dst[i]) : NULL;
+        if (!to) {
+            rc = -1;
+            break;
+        }
         for (int64_t h = 0; h < H; h++)
             for (int64_t t = 0; t < T; t++)
                 memcpy(to + (size_t)(h * S + pos0 + t) * row, from + (size_t)(h * T + t) * row,
                        row);
-        tg_release(s);
     }
-    return 0;
+    tg_scope_end();
+    return rc;
 }
 
 /* lin(ln(x)) as one op, which keeps x alone for backward: the normalised x
@@ -325,7 +329,7 @@ static tg_tensor *norm_linear(const tg_layer_norm_module *ln, const tg_linear *l
 static tg_tensor *attention(const tg_gpt *m, const gpt_block *b, const tg_tensor *x,
                             kv_cache *cache, int64_t pos0, double p)
 {
-    int64_t B = x->shape[0], T = x->shape[1], d = m->config.n_embd, H = m->config.n_head;
+    int64_t B = tg_shape(x)[0], T = tg_shape(x)[1], d = m->config.n_embd, H = m->config.n_head;
     int64_t Dh = d / H;
     tg_tensor *qkv = norm_linear(b->ln_1, b->c_attn, x); /* [B, T, 3d] */
     tg_tensor *y;
@@ -364,7 +368,7 @@ static tg_tensor *block_forward(const tg_gpt *m, const gpt_block *b, tg_tensor *
 static tg_tensor *trunk(const tg_gpt *m, const tg_tensor *idx, kv_cache *caches, int64_t pos0,
                         double p)
 {
-    int64_t T = idx->shape[1];
+    int64_t T = tg_shape(idx)[1];
     tg_tensor *pos = tg_zeros(TG_INT64, 1, (int64_t[]){T});
     if (!pos)
         return NULL;
@@ -391,43 +395,42 @@ static tg_tensor *lm_head(const tg_gpt *m, const tg_tensor *x)
 /* idx: int64 [B, T] with 1 <= T <= block_size and tokens in [0, vocab). */
 static int check_idx(const tg_gpt *m, const tg_tensor *idx)
 {
-    if (idx->dtype != TG_INT64) {
-        tg__fail(TG_ERR_DTYPE, "tg_gpt_forward: idx dtype %s is not int64",
-                 tg_dtype_name(idx->dtype));
+    if (tg_dtype_of(idx) != TG_INT64) {
+        tg_fail(TG_ERR_DTYPE, "tg_gpt_forward: idx dtype %s is not int64",
+                tg_dtype_name(tg_dtype_of(idx)));
         return -1;
     }
-    if (idx->ndim != 2 || idx->shape[1] < 1 || idx->shape[1] > m->config.block_size) {
-        tg__fail(TG_ERR_SHAPE, "tg_gpt_forward: idx %s is not [B, T] with 1 <= T <= "
-                 "block_size %lld", TG_SHAPE_STR(idx), (long long)m->config.block_size);
+    if (tg_ndim(idx) != 2 || tg_shape(idx)[1] < 1 || tg_shape(idx)[1] > m->config.block_size) {
+        tg_fail(TG_ERR_SHAPE, "tg_gpt_forward: idx %s is not [B, T] with 1 <= T <= "
+                "block_size %lld", TG_SHAPE_STRING(idx), (long long)m->config.block_size);
         return -1;
     }
-    tg_tensor *c = tg__contiguous(idx);
-    if (!c)
-        return -1;
-    const int64_t *p = tg__ptr(c);
-    int rc = 0;
-    for (int64_t i = 0; i < tg_numel(c) && rc == 0; i++)
+    tg_scope_begin(); /* holds the contiguous copy */
+    tg_tensor *c = tg_contiguous(idx);
+    const int64_t *p = tg_data_const(c);
+    int rc = p ? 0 : -1;
+    for (int64_t i = 0; p && i < tg_numel(c) && rc == 0; i++)
         if (p[i] < 0 || p[i] >= m->config.vocab_size) {
-            tg__fail(TG_ERR_INDEX, "tg_gpt_forward: token %lld at flat position %lld is "
-                     "outside [0, vocab_size %lld)", (long long)p[i], (long long)i,
+            tg_fail(TG_ERR_INDEX, "tg_gpt_forward: token %lld at flat position %lld is "
+                    "outside [0, vocab_size %lld)", (long long)p[i], (long long)i,
                      (long long)m->config.vocab_size);
             rc = -1;
         }
-    tg_release(c);
+    tg_scope_end();
     return rc;
 }
 
 static int check_targets(const tg_tensor *idx, const tg_tensor *targets)
 {
-    if (targets->dtype != TG_INT64) {
-        tg__fail(TG_ERR_DTYPE, "tg_gpt_forward: targets dtype %s is not int64",
-                 tg_dtype_name(targets->dtype));
+    if (tg_dtype_of(targets) != TG_INT64) {
+        tg_fail(TG_ERR_DTYPE, "tg_gpt_forward: targets dtype %s is not int64",
+                tg_dtype_name(tg_dtype_of(targets)));
         return -1;
     }
-    if (targets->ndim != 2 || targets->shape[0] != idx->shape[0] ||
-        targets->shape[1] != idx->shape[1]) {
-        tg__fail(TG_ERR_SHAPE, "tg_gpt_forward: targets %s do not match idx %s",
-                 TG_SHAPE_STR(targets), TG_SHAPE_STR(idx));
+    if (tg_ndim(targets) != 2 || tg_shape(targets)[0] != tg_shape(idx)[0] ||
+        tg_shape(targets)[1] != tg_shape(idx)[1]) {
+        tg_fail(TG_ERR_SHAPE, "tg_gpt_forward: targets %s do not match idx %s",
+                TG_SHAPE_STRING(targets), TG_SHAPE_STRING(idx));
         return -1;
     }
     return 0;
@@ -438,12 +441,12 @@ tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor
 {
     if (loss)
         *loss = NULL;
-    TG_CHECK_NULL(m);
-    TG_CHECK_NULL(idx);
+    TG_CHECK_ARG(m);
+    TG_CHECK_ARG(idx);
     bool want_loss = targets && loss;
     if (check_idx(m, idx) < 0 || (want_loss && check_targets(idx, targets) < 0))
         return NULL;
-    int64_t B = idx->shape[0], T = idx->shape[1], V = m->config.vocab_size;
+    int64_t B = tg_shape(idx)[0], T = tg_shape(idx)[1], V = m->config.vocab_size;
     double p = m->train ? m->config.dropout : 0;
     tg_scope_begin();
     tg_tensor *logits = lm_head(m, trunk(m, idx, NULL, 0, p)); /* [B, T, V] */
@@ -457,7 +460,7 @@ tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor
     }
     logits = tg_scope_end_keep(logits);
     if (l)
-        *loss = tg__ret(l); /* to the caller's scope, like logits */
+        *loss = tg_scope_adopt(l); /* to the caller's scope, like logits */
     return logits;
 }
 
@@ -526,26 +529,26 @@ static int check_generate(const tg_gpt *m, const int64_t *prompt, int64_t prompt
     const char *fn = "tg_gpt_generate";
     int64_t V = m->config.vocab_size;
     if (prompt_len < 1 || n < 0 || n > INT64_MAX - prompt_len) {
-        tg__fail(TG_ERR_VALUE, "%s: prompt_len = %lld must be >= 1 and n = %lld >= 0", fn,
-                 (long long)prompt_len, (long long)n);
+        tg_fail(TG_ERR_VALUE, "%s: prompt_len = %lld must be >= 1 and n = %lld >= 0", fn,
+                (long long)prompt_len, (long long)n);
         return -1;
     }
     for (int64_t i = 0; i < prompt_len; i++)
         if (prompt[i] < 0 || prompt[i] >= V) {
-            tg__fail(TG_ERR_INDEX, "%s: prompt[%lld] = %lld is outside [0, vocab_size %lld)",
+            tg_fail(TG_ERR_INDEX, "%s: prompt[%lld] = %lld is outside [0, vocab_size %lld)",
                      fn, (long long)i, (long long)prompt[i], (long long)V);
             return -1;
         }
     if (o->top_k < 0) {
-        tg__fail(TG_ERR_VALUE, "%s: top_k = %lld is negative", fn, (long long)o->top_k);
+        tg_fail(TG_ERR_VALUE, "%s: top_k = %lld is negative", fn, (long long)o->top_k);
         return -1;
     }
     if (!o->greedy && !(o->temperature > 0)) {
-        tg__fail(TG_ERR_VALUE, "%s: temperature = %g must be positive", fn, o->temperature);
+        tg_fail(TG_ERR_VALUE, "%s: temperature = %g must be positive", fn, o->temperature);
         return -1;
     }
     if (!o->greedy && !rng) {
-        tg__fail(TG_ERR_NULL, "%s: rng is NULL (needed unless greedy)", fn);
+        tg_fail(TG_ERR_NULL, "%s: rng is NULL (needed unless greedy)", fn);
         return -1;
     }
     return 0;
@@ -566,15 +569,20 @@ static kv_cache *new_caches(const tg_gpt *m)
     int64_t shape[3] = {c->n_head, c->block_size, c->n_embd / c->n_head};
     kv_cache *kv = calloc((size_t)c->n_layer, sizeof *kv);
     if (!kv)
-        return tg__fail(TG_ERR_NOMEM, "tg_gpt_generate: out of memory for the KV cache");
+        return tg_fail(TG_ERR_NOMEM, "tg_gpt_generate: out of memory for the KV cache");
+    tg_dtype dtype = tg_dtype_of(m->wte->weight);
+    /* A private scope, so that an enclosing one does not take the caches. */
+    tg_scope_begin();
     for (int64_t l = 0; l < c->n_layer; l++) {
-        kv[l].k = tg__empty(m->wte->weight->dtype, 3, shape);
-        kv[l].v = kv[l].k ? tg__empty(m->wte->weight->dtype, 3, shape) : NULL;
+        kv[l].k = tg_retain(tg_zeros(dtype, 3, shape));
+        kv[l].v = kv[l].k ? tg_retain(tg_zeros(dtype, 3, shape)) : NULL;
         if (!kv[l].v) {
+            tg_scope_end();
             free_caches(kv, c->n_layer);
             return NULL;
         }
     }
+    tg_scope_end();
     return kv;
 }
 
@@ -592,10 +600,10 @@ int tg_gpt_generate_each(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, i
                          const tg_sample_options *opts, tg_rng *rng, int64_t *out,
                          int (*on_token)(int64_t token, void *ctx), void *ctx)
 {
-    TG_CHECK_NULL_STATUS(m);
-    TG_CHECK_NULL_STATUS(prompt);
-    TG_CHECK_NULL_STATUS(opts);
-    TG_CHECK_NULL_STATUS(out);
+    TG_CHECK_ARG_STATUS(m);
+    TG_CHECK_ARG_STATUS(prompt);
+    TG_CHECK_ARG_STATUS(opts);
+    TG_CHECK_ARG_STATUS(out);
     if (check_generate(m, prompt, prompt_len, n, opts, rng) < 0)
         return -1;
     memmove(out, prompt, (size_t)prompt_len * sizeof *out);
@@ -608,7 +616,7 @@ int tg_gpt_generate_each(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, i
         free(row);
         free(scratch);
         if (tg_error_code() == TG_OK)
-            tg__fail(TG_ERR_NOMEM, "tg_gpt_generate: out of memory");
+            tg_fail(TG_ERR_NOMEM, "tg_gpt_generate: out of memory");
         return -1;
     }
     bool was = tg_set_grad_enabled(false);

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
 /* Draws U(-bound, bound) of shape as a leaf the caller owns outright: the
@@ -25,16 +25,16 @@ static tg_tensor *draw_param(tg_rng *rng, tg_dtype dtype, int ndim, const int64_
 tg_linear *tg_linear_new(int64_t in_features, int64_t out_features, bool bias, tg_dtype dtype,
                          tg_rng *rng)
 {
-    TG_CHECK_NULL(rng);
+    TG_CHECK_ARG(rng);
     if (in_features <= 0 || out_features <= 0)
-        return tg__fail(TG_ERR_VALUE, "tg_linear_new: in_features %lld and out_features %lld "
-                        "must be positive", (long long)in_features, (long long)out_features);
+        return tg_fail(TG_ERR_VALUE, "tg_linear_new: in_features %lld and out_features %lld "
+                       "must be positive", (long long)in_features, (long long)out_features);
     if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64)
-        return tg__fail(TG_ERR_DTYPE, "tg_linear_new: dtype %s is not a float dtype",
-                        tg_dtype_name(dtype));
+        return tg_fail(TG_ERR_DTYPE, "tg_linear_new: dtype %s is not a float dtype",
+                       tg_dtype_name(dtype));
     tg_linear *m = calloc(1, sizeof *m);
     if (!m)
-        return tg__fail(TG_ERR_NOMEM, "tg_linear_new: out of memory");
+        return tg_fail(TG_ERR_NOMEM, "tg_linear_new: out of memory");
     m->in_features = in_features;
     m->out_features = out_features;
     double bound = 1.0 / sqrt((double)in_features);
@@ -56,15 +56,16 @@ tg_linear *tg_linear_new(int64_t in_features, int64_t out_features, bool bias, t
 static int check_module(const tg_linear *m)
 {
     const tg_tensor *w = m->weight, *b = m->bias;
-    if (w->ndim != 2 || w->shape[0] != m->out_features || w->shape[1] != m->in_features) {
-        tg__fail(TG_ERR_SHAPE, "tg_linear_forward: weight %s is not [out_features %lld, "
-                 "in_features %lld]", TG_SHAPE_STR(w), (long long)m->out_features,
-                 (long long)m->in_features);
+    if (tg_ndim(w) != 2 || tg_shape(w)[0] != m->out_features ||
+        tg_shape(w)[1] != m->in_features) {
+        tg_fail(TG_ERR_SHAPE, "tg_linear_forward: weight %s is not [out_features %lld, "
+                "in_features %lld]", TG_SHAPE_STRING(w), (long long)m->out_features,
+                (long long)m->in_features);
         return -1;
     }
-    if (b && (b->ndim != 1 || b->shape[0] != m->out_features)) {
-        tg__fail(TG_ERR_SHAPE, "tg_linear_forward: bias %s is not [out_features %lld]",
-                 TG_SHAPE_STR(b), (long long)m->out_features);
+    if (b && (tg_ndim(b) != 1 || tg_shape(b)[0] != m->out_features)) {
+        tg_fail(TG_ERR_SHAPE, "tg_linear_forward: bias %s is not [out_features %lld]",
+                TG_SHAPE_STRING(b), (long long)m->out_features);
         return -1;
     }
     return 0;
@@ -73,24 +74,25 @@ static int check_module(const tg_linear *m)
 /* x [..., in] -> [..., out] */
 tg_tensor *tg_linear_forward(const tg_linear *m, const tg_tensor *x)
 {
-    TG_CHECK_NULL(m);
-    TG_CHECK_NULL(m->weight);
-    TG_CHECK_NULL(x);
+    TG_CHECK_ARG(m);
+    TG_CHECK_ARG(m->weight);
+    TG_CHECK_ARG(x);
     if (check_module(m) < 0)
         return NULL;
-    if (x->ndim == 0 || x->shape[x->ndim - 1] != m->in_features)
-        return tg__fail(TG_ERR_SHAPE, "tg_linear_forward: input %s does not end in in_features %lld",
-                        TG_SHAPE_STR(x), (long long)m->in_features);
-    if (x->dtype != m->weight->dtype)
-        return tg__fail(TG_ERR_DTYPE, "tg_linear_forward: input dtype %s differs from weight "
-                        "dtype %s", tg_dtype_name(x->dtype), tg_dtype_name(m->weight->dtype));
+    if (tg_ndim(x) == 0 || tg_shape(x)[tg_ndim(x) - 1] != m->in_features)
+        return tg_fail(TG_ERR_SHAPE, "tg_linear_forward: input %s does not end in in_features %lld",
+                       TG_SHAPE_STRING(x), (long long)m->in_features);
+    if (tg_dtype_of(x) != tg_dtype_of(m->weight))
+        return tg_fail(TG_ERR_DTYPE, "tg_linear_forward: input dtype %s differs from weight "
+                       "dtype %s", tg_dtype_name(tg_dtype_of(x)),
+                       tg_dtype_name(tg_dtype_of(m->weight)));
     return tg_affine(x, m->weight, m->bias);
 }
 
 int tg_linear_params(const tg_linear *m, const char *prefix, tg_params *ps)
 {
-    TG_CHECK_NULL_STATUS(m);
-    TG_CHECK_NULL_STATUS(ps);
+    TG_CHECK_ARG_STATUS(m);
+    TG_CHECK_ARG_STATUS(ps);
     if (tg_params_add(ps, prefix, "weight", m->weight) < 0)
         return -1;
     if (m->bias && tg_params_add(ps, prefix, "bias", m->bias) < 0) {

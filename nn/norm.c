@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
 /* A parameter the module owns outright (a private scope keeps an enclosing
@@ -24,22 +24,22 @@ static tg_tensor *filled_param(tg_dtype dtype, int ndim, const int64_t *shape, d
 static int check_new_args(int ndim, const int64_t *shape, double eps, tg_dtype dtype)
 {
     if (ndim < 1 || ndim > TG_MAX_DIMS) {
-        tg__fail(TG_ERR_VALUE, "tg_layer_norm_new: ndim %d is not in [1, %d]", ndim, TG_MAX_DIMS);
+        tg_fail(TG_ERR_VALUE, "tg_layer_norm_new: ndim %d is not in [1, %d]", ndim, TG_MAX_DIMS);
         return -1;
     }
     for (int i = 0; i < ndim; i++)
         if (shape[i] <= 0) {
-            tg__fail(TG_ERR_VALUE, "tg_layer_norm_new: shape %s has a non-positive size",
-                     tg__shape_str((char[96]){0}, 96, ndim, shape));
+            tg_fail(TG_ERR_VALUE, "tg_layer_norm_new: shape %s has a non-positive size",
+                    tg_shape_string((char[96]){0}, 96, ndim, shape));
             return -1;
         }
     if (!(eps > 0)) {
-        tg__fail(TG_ERR_VALUE, "tg_layer_norm_new: eps %g must be positive", eps);
+        tg_fail(TG_ERR_VALUE, "tg_layer_norm_new: eps %g must be positive", eps);
         return -1;
     }
     if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64) {
-        tg__fail(TG_ERR_DTYPE, "tg_layer_norm_new: dtype %s is not a float dtype",
-                 tg_dtype_name(dtype));
+        tg_fail(TG_ERR_DTYPE, "tg_layer_norm_new: dtype %s is not a float dtype",
+                tg_dtype_name(dtype));
         return -1;
     }
     return 0;
@@ -48,12 +48,12 @@ static int check_new_args(int ndim, const int64_t *shape, double eps, tg_dtype d
 tg_layer_norm_module *tg_layer_norm_new(int ndim, const int64_t *shape, double eps, bool affine,
                                         tg_dtype dtype)
 {
-    TG_CHECK_NULL(shape);
+    TG_CHECK_ARG(shape);
     if (check_new_args(ndim, shape, eps, dtype) < 0)
         return NULL;
     tg_layer_norm_module *m = calloc(1, sizeof *m);
     if (!m)
-        return tg__fail(TG_ERR_NOMEM, "tg_layer_norm_new: out of memory");
+        return tg_fail(TG_ERR_NOMEM, "tg_layer_norm_new: out of memory");
     m->ndim = ndim;
     for (int i = 0; i < ndim; i++)
         m->shape[i] = shape[i];
@@ -74,21 +74,21 @@ tg_layer_norm_module *tg_layer_norm_new(int ndim, const int64_t *shape, double e
 /* x [..., *shape] -> the same shape */
 tg_tensor *tg_layer_norm_forward(const tg_layer_norm_module *m, const tg_tensor *x)
 {
-    TG_CHECK_NULL(m);
-    TG_CHECK_NULL(x);
-    bool fits = x->ndim >= m->ndim;
+    TG_CHECK_ARG(m);
+    TG_CHECK_ARG(x);
+    bool fits = tg_ndim(x) >= m->ndim;
     for (int i = 0; fits && i < m->ndim; i++)
-        fits = x->shape[x->ndim - m->ndim + i] == m->shape[i];
+        fits = tg_shape(x)[tg_ndim(x) - m->ndim + i] == m->shape[i];
     if (!fits)
-        return tg__fail(TG_ERR_SHAPE, "tg_layer_norm_forward: input %s does not end in %s",
-                        TG_SHAPE_STR(x), tg__shape_str((char[96]){0}, 96, m->ndim, m->shape));
+        return tg_fail(TG_ERR_SHAPE, "tg_layer_norm_forward: input %s does not end in %s",
+                       TG_SHAPE_STRING(x), tg_shape_string((char[96]){0}, 96, m->ndim, m->shape));
     return tg_layer_norm(x, m->ndim, m->weight, m->bias, m->eps);
 }
 
 int tg_layer_norm_params(const tg_layer_norm_module *m, const char *prefix, tg_params *ps)
 {
-    TG_CHECK_NULL_STATUS(m);
-    TG_CHECK_NULL_STATUS(ps);
+    TG_CHECK_ARG_STATUS(m);
+    TG_CHECK_ARG_STATUS(ps);
     if (!m->weight && !m->bias)
         return 0;
     if (m->weight && tg_params_add(ps, prefix, "weight", m->weight) < 0)

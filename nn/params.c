@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
 /* Room for one more entry; -1 with TG_ERR_NOMEM when it cannot be had. */
@@ -13,7 +13,7 @@ static int reserve_one(tg_params *ps)
     if (ps->count < ps->capacity)
         return 0;
     if (ps->capacity > (1 << 29)) {
-        tg__fail(TG_ERR_NOMEM, "tg_params_add: too many parameters (%d)", ps->count);
+        tg_fail(TG_ERR_NOMEM, "tg_params_add: too many parameters (%d)", ps->count);
         return -1;
     }
     int cap = ps->capacity ? 2 * ps->capacity : 16;
@@ -28,7 +28,7 @@ static int reserve_one(tg_params *ps)
     ps->capacity = cap;
     return 0;
 nomem:
-    tg__fail(TG_ERR_NOMEM, "tg_params_add: out of memory growing the list to %d entries", cap);
+    tg_fail(TG_ERR_NOMEM, "tg_params_add: out of memory growing the list to %d entries", cap);
     return -1;
 }
 
@@ -49,20 +49,20 @@ static char *join_name(const char *prefix, const char *name)
 
 int tg_params_add(tg_params *ps, const char *prefix, const char *name, tg_tensor *t)
 {
-    TG_CHECK_NULL_STATUS(ps);
-    TG_CHECK_NULL_STATUS(name);
-    TG_CHECK_NULL_STATUS(t);
+    TG_CHECK_ARG_STATUS(ps);
+    TG_CHECK_ARG_STATUS(name);
+    TG_CHECK_ARG_STATUS(t);
     if (!*name) {
-        tg__fail(TG_ERR_VALUE, "tg_params_add: empty name (prefix \"%s\")", prefix ? prefix : "");
+        tg_fail(TG_ERR_VALUE, "tg_params_add: empty name (prefix \"%s\")", prefix ? prefix : "");
         return -1;
     }
     char *full = join_name(prefix, name);
     if (!full) {
-        tg__fail(TG_ERR_NOMEM, "tg_params_add: out of memory copying name \"%s\"", name);
+        tg_fail(TG_ERR_NOMEM, "tg_params_add: out of memory copying name \"%s\"", name);
         return -1;
     }
     if (tg_params_find(ps, full)) {
-        tg__fail(TG_ERR_VALUE, "tg_params_add: duplicate name \"%s\"", full);
+        tg_fail(TG_ERR_VALUE, "tg_params_add: duplicate name \"%s\"", full);
         free(full);
         return -1;
     }
@@ -78,8 +78,8 @@ int tg_params_add(tg_params *ps, const char *prefix, const char *name, tg_tensor
 
 tg_tensor *tg_params_find(const tg_params *ps, const char *name)
 {
-    TG_CHECK_NULL(ps);
-    TG_CHECK_NULL(name);
+    TG_CHECK_ARG(ps);
+    TG_CHECK_ARG(name);
     for (int i = 0; i < ps->count; i++)
         if (strcmp(ps->names[i], name) == 0)
             return ps->tensors[i];
@@ -88,7 +88,7 @@ tg_tensor *tg_params_find(const tg_params *ps, const char *name)
 
 int64_t tg_params_numel(const tg_params *ps)
 {
-    TG_CHECK_NULL_STATUS(ps);
+    TG_CHECK_ARG_STATUS(ps);
     int64_t n = 0;
     for (int i = 0; i < ps->count; i++)
         n += tg_numel(ps->tensors[i]);

@@ -1,47 +1,36 @@
 /* Scaled dot-product attention composed of ops: the one place the attention
  * formula lives, shared by MultiheadAttention and the GPT's attention. */
-#include "internal.h"
-#include <tensorgrad/nn.h>
+#include <math.h>
 
-/* A bool [L, S] mask, true where key j comes after query i. */
-static tg_tensor *causal_mask(int64_t L, int64_t S)
-{
-    tg_tensor *m = tg_zeros(TG_BOOL, 2, (int64_t[]){L, S});
-    if (!m)
-        return NULL;
-    bool *p = tg_data(m);
-    for (int64_t i = 0; i < L; i++)
-        for (int64_t j = i + 1; j < S; j++)
-            p[i * S + j] = true;
-    return m;
-}
+#include <tensorgrad/module.h>
+#include <tensorgrad/nn.h>
 
 /* mask must broadcast to the scores [..., L, S] (batch dims of q and k
  * broadcast) without growing them; bool or float. */
 static int check_mask(const char *fn, const tg_tensor *q, const tg_tensor *k,
                       const tg_tensor *mask)
 {
-    if (!tg__is_float(mask->dtype) && mask->dtype != TG_BOOL) {
-        tg__fail(TG_ERR_DTYPE, "%s: mask is %s; it must be bool or float", fn,
-                 tg_dtype_name(mask->dtype));
+    if (!tg_dtype_is_float(tg_dtype_of(mask)) && tg_dtype_of(mask) != TG_BOOL) {
+        tg_fail(TG_ERR_DTYPE, "%s: mask is %s; it must be bool or float", fn,
+                tg_dtype_name(tg_dtype_of(mask)));
         return -1;
     }
-    int nd = q->ndim > k->ndim ? q->ndim : k->ndim;
+    int nd = tg_ndim(q) > tg_ndim(k) ? tg_ndim(q) : tg_ndim(k);
     int64_t scores[TG_MAX_DIMS];
     for (int i = 0; i < nd; i++) {
-        int iq = q->ndim - nd + i, ik = k->ndim - nd + i;
-        int64_t sq = iq >= 0 ? q->shape[iq] : 1, sk = ik >= 0 ? k->shape[ik] : 1;
+        int iq = tg_ndim(q) - nd + i, ik = tg_ndim(k) - nd + i;
+        int64_t sq = iq >= 0 ? tg_shape(q)[iq] : 1, sk = ik >= 0 ? tg_shape(k)[ik] : 1;
         scores[i] = sq != 1 ? sq : sk;
     }
-    scores[nd - 1] = k->shape[k->ndim - 2];
-    bool fits = mask->ndim <= nd;
-    for (int i = 1; fits && i <= mask->ndim; i++) {
-        int64_t m = mask->shape[mask->ndim - i];
+    scores[nd - 1] = tg_shape(k)[tg_ndim(k) - 2];
+    bool fits = tg_ndim(mask) <= nd;
+    for (int i = 1; fits && i <= tg_ndim(mask); i++) {
+        int64_t m = tg_shape(mask)[tg_ndim(mask) - i];
         fits = m == 1 || m == scores[nd - i];
     }
     if (!fits) {
-        tg__fail(TG_ERR_SHAPE, "%s: mask %s does not broadcast to the scores %s", fn,
-                 TG_SHAPE_STR(mask), tg__shape_str((char[96]){0}, 96, nd, scores));
+        tg_fail(TG_ERR_SHAPE, "%s: mask %s does not broadcast to the scores %s", fn,
+                TG_SHAPE_STRING(mask), tg_shape_string((char[96]){0}, 96, nd, scores));
         return -1;
     }
     return 0;
@@ -52,27 +41,27 @@ static int check_inputs(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
 {
     const char *fn = "tg_scaled_dot_product_attention";
     if (!q || !k || !v) {
-        tg__fail(TG_ERR_NULL, "%s: %s is NULL", fn, !q ? "q" : !k ? "k" : "v");
+        tg_fail(TG_ERR_NULL, "%s: %s is NULL", fn, !q ? "q" : !k ? "k" : "v");
         return -1;
     }
-    if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2) {
-        tg__fail(TG_ERR_SHAPE, "%s: q %s, k %s and v %s need at least 2 dims", fn,
-                 TG_SHAPE_STR(q), TG_SHAPE_STR(k), TG_SHAPE_STR(v));
+    if (tg_ndim(q) < 2 || tg_ndim(k) < 2 || tg_ndim(v) < 2) {
+        tg_fail(TG_ERR_SHAPE, "%s: q %s, k %s and v %s need at least 2 dims", fn,
+                TG_SHAPE_STRING(q), TG_SHAPE_STRING(k), TG_SHAPE_STRING(v));
         return -1;
     }
-    if (q->shape[q->ndim - 1] != k->shape[k->ndim - 1] ||
-        k->shape[k->ndim - 2] != v->shape[v->ndim - 2]) {
-        tg__fail(TG_ERR_SHAPE, "%s: q %s, k %s and v %s do not fit (q and k share the last "
+    if (tg_shape(q)[tg_ndim(q) - 1] != tg_shape(k)[tg_ndim(k) - 1] ||
+        tg_shape(k)[tg_ndim(k) - 2] != tg_shape(v)[tg_ndim(v) - 2]) {
+        tg_fail(TG_ERR_SHAPE, "%s: q %s, k %s and v %s do not fit (q and k share the last "
                                "dim, k and v the key dim)",
-                 fn, TG_SHAPE_STR(q), TG_SHAPE_STR(k), TG_SHAPE_STR(v));
+                fn, TG_SHAPE_STRING(q), TG_SHAPE_STRING(k), TG_SHAPE_STRING(v));
         return -1;
     }
     if (!(dropout_p >= 0 && dropout_p < 1)) {
-        tg__fail(TG_ERR_VALUE, "%s: dropout_p = %g is outside [0, 1)", fn, dropout_p);
+        tg_fail(TG_ERR_VALUE, "%s: dropout_p = %g is outside [0, 1)", fn, dropout_p);
         return -1;
     }
     if (!isfinite(scale)) {
-        tg__fail(TG_ERR_VALUE, "%s: scale = %g is not finite (<= 0 means 1/sqrt(E))", fn, scale);
+        tg_fail(TG_ERR_VALUE, "%s: scale = %g is not finite (<= 0 means 1/sqrt(E))", fn, scale);
         return -1;
     }
     return mask ? check_mask(fn, q, k, mask) : 0;
@@ -87,17 +76,18 @@ static int check_inputs(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
 static bool fused_fits(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
                        const tg_tensor *mask, tg_tensor **weights)
 {
-    if (weights || !tg__is_float(q->dtype) || k->dtype != q->dtype ||
-        v->dtype != q->dtype)
+    if (weights || !tg_dtype_is_float(tg_dtype_of(q)) || tg_dtype_of(k) != tg_dtype_of(q) ||
+        tg_dtype_of(v) != tg_dtype_of(q))
         return false;
-    if (mask && mask->dtype != TG_BOOL && (mask->dtype != q->dtype || mask->requires_grad))
+    if (mask && tg_dtype_of(mask) != TG_BOOL &&
+        (tg_dtype_of(mask) != tg_dtype_of(q) || tg_requires_grad(mask)))
         return false;
     const tg_tensor *in[3] = {q, k, v};
     for (int i = 1; i <= TG_MAX_DIMS - 2; i++) {
         int64_t size = 1;
         for (int t = 0; t < 3; t++) {
-            int d = in[t]->ndim - 2 - i;
-            int64_t s = d >= 0 ? in[t]->shape[d] : 1;
+            int d = tg_ndim(in[t]) - 2 - i;
+            int64_t s = d >= 0 ? tg_shape(in[t])[d] : 1;
             if (s != 1 && size != 1 && s != size)
                 return false;
             size = s != 1 ? s : size;
@@ -117,17 +107,18 @@ tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_tensor *
         return NULL;
     if (fused_fits(q, k, v, mask, weights) && (dropout_p == 0 || rng))
         return tg_attention(q, k, v, mask, is_causal && !mask, scale, dropout_p, rng);
-    int64_t L = q->shape[q->ndim - 2], S = k->shape[k->ndim - 2], E = q->shape[q->ndim - 1];
+    int nq = tg_ndim(q);
+    int64_t L = tg_shape(q)[nq - 2], S = tg_shape(k)[tg_ndim(k) - 2], E = tg_shape(q)[nq - 1];
     if (scale <= 0)
         scale = 1.0 / sqrt((double)(E ? E : 1));
     tg_scope_begin();
     tg_tensor *s = tg_mul_scalar(tg_matmul(q, tg_transpose(k, -2, -1)), scale); /* [..., L, S] */
-    if (mask && mask->dtype == TG_BOOL)
+    if (mask && tg_dtype_of(mask) == TG_BOOL)
         s = tg_masked_fill(s, mask, -INFINITY);
     else if (mask)
         s = tg_add(s, mask);
     else if (is_causal)
-        s = tg_masked_fill(s, causal_mask(L, S), -INFINITY);
+        s = tg_masked_fill(s, tg_causal_mask_rect(L, S), -INFINITY);
     tg_tensor *w = tg_softmax(s, -1);
     if (dropout_p > 0)
         w = tg_dropout(w, dropout_p, true, rng);
@@ -136,6 +127,6 @@ tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_tensor *
         tg_retain(w);
     out = tg_scope_end_keep(out);
     if (weights && out)
-        *weights = tg__ret(w); /* to the caller's scope, like out */
+        *weights = tg_scope_adopt(w); /* to the caller's scope, like out */
     return out;
 }

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "tg_config.h"
+#include <tensorgrad/module.h>
 
 #include <dlfcn.h>
 #include <stdatomic.h>
@@ -134,4 +135,20 @@ void tg__report_released(const char *fn, const char *what, const tg_tensor *t,
     if (tg__checked_on) /* the caller may not look at the error */
         fprintf(stderr, "tensorgrad: %s\n", message);
     tg__fail(TG_ERR_STATE, "%s", message);
+}
+
+int tg_check_arg(const void *p, bool is_tensor, const char *fn, const char *name,
+                 const void *caller)
+{
+    if (!p) {
+        tg__fail(TG_ERR_NULL, "%s: %s is NULL", fn, name);
+        return -1;
+    }
+    if (is_tensor && tg__dead_tensor(p)) {
+        char what[128];
+        snprintf(what, sizeof what, "input %s was", name);
+        tg__report_released(fn, what, p, &(tg__site){.addr = caller});
+        return -1;
+    }
+    return 0;
 }

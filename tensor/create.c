@@ -99,19 +99,33 @@ tg_tensor *tg_from_data(tg_dtype dtype, int ndim, const int64_t *shape, const vo
     return tg__ret(t);
 }
 
-tg_tensor *tg_causal_mask(int64_t n)
+/* bool [L, S], true where key j comes after query i (j > i). */
+static tg_tensor *causal(int64_t L, int64_t S)
 {
-    if (n < 0)
-        return tg__fail(TG_ERR_SHAPE, "tg_causal_mask: negative size %lld", (long long)n);
-    int64_t shape[2] = {n, n};
+    int64_t shape[2] = {L, S};
     tg_tensor *t = tg__empty(TG_BOOL, 2, shape);
     if (!t)
         return NULL;
     bool *p = tg__ptr(t);
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = i + 1; j < n; j++)
-            p[i * n + j] = true;
+    for (int64_t i = 0; i < L; i++)
+        for (int64_t j = i + 1; j < S; j++)
+            p[i * S + j] = true;
     return tg__ret(t);
+}
+
+tg_tensor *tg_causal_mask(int64_t n)
+{
+    if (n < 0)
+        return tg__fail(TG_ERR_SHAPE, "tg_causal_mask: negative size %lld", (long long)n);
+    return causal(n, n);
+}
+
+tg_tensor *tg_causal_mask_rect(int64_t L, int64_t S)
+{
+    if (L < 0 || S < 0)
+        return tg__fail(TG_ERR_SHAPE, "tg_causal_mask_rect: negative size [%lld, %lld]",
+                        (long long)L, (long long)S);
+    return causal(L, S);
 }
 
 /* ---- random tensors ----------------------------------------------------- */

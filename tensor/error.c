@@ -1,6 +1,7 @@
 /* The thread-local error record: the first failure of a chain of calls,
  * its code and a message naming the function and the values involved. */
 #include "internal.h"
+#include <tensorgrad/module.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -44,13 +45,10 @@ const char *tg_error_name(tg_error code)
     return "TG_ERR_UNKNOWN";
 }
 
-void *tg__fail(tg_error code, const char *fmt, ...)
+static void record(tg_error code, const char *fmt, va_list ap)
 {
     char message[sizeof last_message];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
-    va_end(ap);
     /* Keep the first error: it names the call that started a failing chain. */
     if (last_code == TG_OK) {
         last_code = code;
@@ -58,6 +56,23 @@ void *tg__fail(tg_error code, const char *fmt, ...)
     }
     if (handler)
         handler(code, message, handler_user);
+}
+
+void *tg__fail(tg_error code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    record(code, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+void *tg_fail(tg_error code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    record(code, fmt, ap);
+    va_end(ap);
     return NULL;
 }
 
@@ -71,4 +86,13 @@ const char *tg__shape_str(char *buf, size_t size, int ndim, const int64_t *shape
     if (used < size)
         snprintf(buf + used, size - used, "]");
     return buf;
+}
+
+const char *tg_shape_string(char *buf, size_t size, int ndim, const int64_t *shape)
+{
+    if (!buf || size == 0)
+        return buf;
+    if (ndim < 0 || ndim > TG_MAX_DIMS || (ndim && !shape))
+        ndim = 0;
+    return tg__shape_str(buf, size, ndim, shape);
 }

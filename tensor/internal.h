@@ -27,10 +27,25 @@ typedef struct tg_storage {
     uint64_t version;
 } tg_storage;
 
-struct tg_node; /* autograd/graph.h */
-/* Takes and drops a reference to the op node that made a tensor. */
-void tg__node_retain(struct tg_node *node);
-void tg__node_release(struct tg_node *node);
+/* What a tensor's node points to begins with this: a reference count and
+ * the function that frees the whole object when the count reaches zero.
+ * Tensors hold and drop references to it without knowing what it is (the
+ * layer above, autograd, puts its op nodes behind it). */
+typedef struct tg__owner {
+    int64_t refcount;
+    void (*destroy)(struct tg__owner *self);
+} tg__owner;
+
+static inline void tg__owner_retain(tg__owner *o)
+{
+    o->refcount++;
+}
+
+static inline void tg__owner_release(tg__owner *o)
+{
+    if (o && --o->refcount == 0)
+        o->destroy(o);
+}
 
 struct tg_tensor {
     /* Not the first word: a freed header's first word links the free list,
@@ -45,7 +60,7 @@ struct tg_tensor {
     /* autograd */
     bool requires_grad;     /* set on leaves by the user, on outputs by ops */
     tg_tensor *grad;        /* accumulated gradient of a leaf */
-    struct tg_node *node;   /* the op that made this tensor, NULL on leaves */
+    tg__owner *node;        /* the op that made this tensor, NULL on leaves */
 };
 
 /* ---- errors ------------------------------------------------------------ */

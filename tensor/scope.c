@@ -1,6 +1,7 @@
 /* Scopes: a per-thread stack of the references that public functions
  * returned while a scope was open, released when that scope ends. */
 #include "internal.h"
+#include <tensorgrad/module.h>
 
 #include <limits.h>
 #include <stdatomic.h>
@@ -151,4 +152,14 @@ tg_tensor *tg__ret(tg_tensor *t)
     }
     stack.items[stack.count++] = t;
     return t;
+}
+
+tg_tensor *tg_scope_adopt(tg_tensor *t)
+{
+    if (t && tg__dead_tensor(t)) {
+        tg__report_released(__func__, "tensor", t,
+                            &(tg__site){.addr = __builtin_return_address(0)});
+        return NULL;
+    }
+    return tg__ret(t);
 }

@@ -308,6 +308,8 @@ const char *tg_dtype_name(tg_dtype dtype)
 
 bool tg__is_float(tg_dtype dtype) { return dtype == TG_FLOAT32 || dtype == TG_FLOAT64; }
 
+bool tg_dtype_is_float(tg_dtype dtype) { return tg__is_float(dtype); }
+
 static bool valid_dtype(tg_dtype dtype) { return tg_dtype_size(dtype) != 0; }
 
 int64_t tg__numel(int ndim, const int64_t *shape)
@@ -475,7 +477,7 @@ tg_tensor *tg__husk(const tg_tensor *t)
     memcpy(h->shape, t->shape, sizeof h->shape);
     memcpy(h->stride, t->stride, sizeof h->stride);
     if (h->node)
-        tg__node_retain(h->node);
+        tg__owner_retain(h->node);
     atomic_fetch_add(&live_tensors, 1);
     return h;
 }
@@ -508,8 +510,7 @@ void tg__release_at_site(tg_tensor *t, const tg__site *site)
     }
     if (--t->refcount > 0)
         return;
-    if (t->node)
-        tg__node_release(t->node);
+    tg__owner_release(t->node);
     tg_release(t->grad);
     if (t->storage && --t->storage->refcount == 0) /* a husk has none */
         storage_free(t->storage);

@@ -605,6 +605,28 @@ START_TEST(generate_of_zero_tokens_copies_the_prompt_and_leaves_grad_mode)
 }
 END_TEST
 
+/* The KV cache and the copies made while filling it belong to generation
+ * alone: a scope the caller has open is left as it was. */
+START_TEST(generate_inside_an_open_scope_leaves_it_as_it_was)
+{
+    tg_gpt *m = generation_model(TG_FLOAT32);
+    const int64_t prompt[] = {3, 7, 1};
+    int64_t inside[3 + 12], outside[3 + 12];
+    tg_sample_options o = {.greedy = true};
+    ck_assert_int_eq(tg_gpt_generate(m, prompt, 3, 12, &o, NULL, outside), 0);
+    int64_t live = tg_live_tensors();
+    tg_scope_begin();
+    ck_assert_int_eq(tg_gpt_generate(m, prompt, 3, 12, &o, NULL, inside), 0);
+    ck_assert_int_eq(tg_live_tensors(), live);
+    ck_assert_int_eq(tg_scope_depth(), 1);
+    tg_scope_end();
+    ck_assert_int_eq(tg_live_tensors(), live);
+    ck_assert_int_eq(memcmp(inside, outside, sizeof inside), 0);
+    ck_assert_int_eq(tg_error_code(), TG_OK);
+    tg_gpt_free(m);
+}
+END_TEST
+
 START_TEST(generate_rejects_bad_arguments)
 {
     tg_gpt *m = generation_model(TG_FLOAT32);
@@ -827,6 +849,7 @@ int main(void)
     tcase_add_test(gen, sampling_follows_softmax_of_scaled_logits_and_is_reproducible);
     tcase_add_test(gen, top_k_one_equals_greedy);
     tcase_add_test(gen, generate_of_zero_tokens_copies_the_prompt_and_leaves_grad_mode);
+    tcase_add_test(gen, generate_inside_an_open_scope_leaves_it_as_it_was);
     tcase_add_test(gen, generate_rejects_bad_arguments);
     suite_add_tcase(s, gen);
     return run_suite(s);

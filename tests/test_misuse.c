@@ -323,6 +323,25 @@ START_TEST(a_released_mask_or_array_element_is_reported)
 }
 END_TEST
 
+/* Modules check their tensor arguments as ops do, through module.h. */
+START_TEST(a_released_tensor_given_to_a_module_is_reported)
+{
+    if (!tg_checked())
+        return;
+    tg_rng *rng = tg_rng_new(1);
+    tg_linear *lin = tg_linear_new(2, 3, true, TG_FLOAT32, rng);
+    tg_tensor *x = tg_ones(TG_FLOAT32, 2, SHAPE(1, 2));
+    tg_release(x);
+    ck_assert_ptr_null(tg_linear_forward(lin, x));
+    ck_assert_msg(starts_with(tg_error_message(), "tg_linear_forward: input x was already "
+                                                  "released (called from "),
+                  "%s", tg_error_message());
+    tg_error_clear();
+    tg_linear_free(lin);
+    tg_rng_free(rng);
+}
+END_TEST
+
 /* Every misuse a test provokes it also clears: nothing is left over, such
  * as a tensor of the test's own released twice. */
 static void no_error_left(void)
@@ -359,6 +378,7 @@ int main(void)
     tcase_add_test(tc, a_release_through_tg_release_at_names_file_and_line);
     tcase_add_test(tc, using_a_tensor_after_its_scope_ended_is_reported);
     tcase_add_test(tc, a_released_mask_or_array_element_is_reported);
+    tcase_add_test(tc, a_released_tensor_given_to_a_module_is_reported);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

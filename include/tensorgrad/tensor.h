@@ -170,6 +170,10 @@ TG_API tg_tensor *tg_scalar(tg_dtype dtype, double value);
 /* The causal mask for n positions: bool [n, n], true above the diagonal
  * (a query may not look at later keys). */
 TG_API tg_tensor *tg_causal_mask(int64_t n);
+/* The same for L queries and S keys: bool [L, S], true where j > i (the
+ * first L rows and S columns of tg_causal_mask(max(L, S))). A negative size
+ * is TG_ERR_SHAPE. */
+TG_API tg_tensor *tg_causal_mask_rect(int64_t L, int64_t S);
 
 /* ---- random numbers ----------------------------------------------------- */
 /* A seeded generator (xoshiro256**): the same seed gives the same numbers on
@@ -210,6 +214,8 @@ TG_API int64_t tg_numel(const tg_tensor *t);
 TG_API tg_dtype tg_dtype_of(const tg_tensor *t);
 TG_API const char *tg_dtype_name(tg_dtype dtype);
 TG_API size_t tg_dtype_size(tg_dtype dtype);
+/* True for TG_FLOAT32 and TG_FLOAT64. */
+TG_API bool tg_dtype_is_float(tg_dtype dtype);
 TG_API bool tg_is_contiguous(const tg_tensor *t);
 /* The value of a one-element tensor, as a double. NAN and an error if t
  * does not hold exactly one element. */
