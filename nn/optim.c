@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include <tensorgrad/tensorgrad.h>
-#include "module_shim.h"
+#include <tensorgrad/module.h>
 #include "optim_kernels.h"
 
 typedef enum { KIND_SGD, KIND_ADAM, KIND_ADAMW } optim_kind;
@@ -237,8 +237,8 @@ static int gather_jobs(tg_optim *opt)
         const tg_tensor *p = s->param, *g = tg_grad(p);
         if (g && (tg_dtype_of(g) != tg_dtype_of(p) || !same_shape(g, p))) {
             tg_fail(TG_ERR_STATE, "tg_optim_step: the gradient of '%s' is %s %s, the parameter "
-                     "%s %s", s->name, tg_dtype_name(tg_dtype_of(g)), TG_SHAPE_OF(g),
-                     tg_dtype_name(tg_dtype_of(p)), TG_SHAPE_OF(p));
+                     "%s %s", s->name, tg_dtype_name(tg_dtype_of(g)), TG_SHAPE_STRING(g),
+                     tg_dtype_name(tg_dtype_of(p)), TG_SHAPE_STRING(p));
             return -1;
         }
         opt->jobs[i] = (tg__optim_job){.param = s->param, .grad = g, .m = s->m, .v = s->v,
@@ -249,7 +249,7 @@ static int gather_jobs(tg_optim *opt)
 
 int tg_optim_step(tg_optim *opt)
 {
-    TG_NULL_STATUS(opt);
+    TG_CHECK_ARG_STATUS(opt);
     tg_scope_begin();
     if (gather_jobs(opt) < 0) {
         tg_scope_end();
@@ -303,7 +303,7 @@ double tg_optim_lr(const tg_optim *opt)
 
 int64_t tg_optim_steps(const tg_optim *opt)
 {
-    TG_NULL_STATUS(opt);
+    TG_CHECK_ARG_STATUS(opt);
     return opt->steps;
 }
 
@@ -374,8 +374,8 @@ static tg_tensor *convert(const tg_tensor *t, tg_dtype dtype)
 
 int tg_optim_state(const tg_optim *opt, tg_params *out)
 {
-    TG_NULL_STATUS(opt);
-    TG_NULL_STATUS(out);
+    TG_CHECK_ARG_STATUS(opt);
+    TG_CHECK_ARG_STATUS(out);
     if (tg_params_find(out, "step")) {
         tg_fail(TG_ERR_VALUE, "tg_optim_state: out already holds 'step'");
         return -1;
@@ -408,7 +408,7 @@ static int read_step(const tg_tensor *t, const char *name, int64_t *out)
 {
     if (tg_numel(t) != 1) {
         tg_fail(TG_ERR_SHAPE, "tg_optim_load_state: '%s' has shape %s; expected one element",
-                 name, TG_SHAPE_OF(t));
+                 name, TG_SHAPE_STRING(t));
         return -1;
     }
     double v = tg_item(t);
@@ -429,7 +429,7 @@ static const tg_tensor *find_moment(const tg_params *state, const char *name, co
         return tg_fail(TG_ERR_VALUE, "tg_optim_load_state: the state has no '%s'", name);
     if (!same_shape(t, p))
         return tg_fail(TG_ERR_SHAPE, "tg_optim_load_state: '%s' has shape %s; the parameter "
-                        "has %s", name, TG_SHAPE_OF(t), TG_SHAPE_OF(p));
+                        "has %s", name, TG_SHAPE_STRING(t), TG_SHAPE_STRING(p));
     if (!tg_dtype_is_float(tg_dtype_of(t)))
         return tg_fail(TG_ERR_DTYPE, "tg_optim_load_state: '%s' is %s; expected a float dtype",
                         name, tg_dtype_name(tg_dtype_of(t)));
@@ -465,8 +465,8 @@ static int find_slot_state(const tg_optim *opt, int i, const tg_params *state, f
 
 int tg_optim_load_state(tg_optim *opt, const tg_params *state)
 {
-    TG_NULL_STATUS(opt);
-    TG_NULL_STATUS(state);
+    TG_CHECK_ARG_STATUS(opt);
+    TG_CHECK_ARG_STATUS(state);
     const tg_tensor *st = tg_params_find(state, "step");
     if (!st) {
         tg_fail(TG_ERR_VALUE, "tg_optim_load_state: the state has no 'step'");

@@ -12,7 +12,7 @@
 
 #include <tensorgrad/tensorgrad.h>
 #include "json.h"
-#include "module_shim.h"
+#include <tensorgrad/module.h>
 #include "save_path.h"
 #include "tensor_io.h"
 
@@ -167,8 +167,8 @@ static int write_and_rename(const tg__save_dest *d, const tg__jbuf *header, cons
 int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,
                         const char *const *keys, const char *const *values)
 {
-    TG_NULL_STATUS(path);
-    TG_NULL_STATUS(ps);
+    TG_CHECK_ARG_STATUS(path);
+    TG_CHECK_ARG_STATUS(ps);
     if (check_save_args(path, ps, n_meta, keys, values) < 0)
         return -1;
     tg__save_dest d;
@@ -379,7 +379,7 @@ static int parse_entry(const st_file *f, const char *name, const tg__json *v, en
     if (overflow || nbytes != e->end - e->begin)
         return bad(f, "tensor '%s' has data_offsets [%lld,%lld] but shape %s %s needs %s%lld bytes",
                    name, (long long)e->begin, (long long)e->end,
-                   tg_shape_str((char[96]){0}, 96, e->ndim, e->shape), tg_dtype_name(e->dtype),
+                   tg_shape_string((char[96]){0}, 96, e->ndim, e->shape), tg_dtype_name(e->dtype),
                    overflow ? "more than " : "", (long long)(overflow ? INT64_MAX : nbytes));
     return 0;
 }
@@ -489,8 +489,8 @@ static int open_checked(st_file *f, const char *fn, const char *path)
 
 int tg_safetensors_load(const char *path, tg_params *out)
 {
-    TG_NULL_STATUS(path);
-    TG_NULL_STATUS(out);
+    TG_CHECK_ARG_STATUS(path);
+    TG_CHECK_ARG_STATUS(out);
     st_file f;
     tg_tensor **made = NULL;
     int old_count = out->count, rc = -1;
@@ -553,8 +553,8 @@ static int match_params(const st_file *f, const tg_params *ps)
         if (e->ndim != tg_ndim(t) ||
             memcmp(e->shape, tg_shape(t), (size_t)e->ndim * sizeof e->shape[0]))
             return bad(f, "tensor '%s' has shape %s in the file but %s in the parameters",
-                       e->name, tg_shape_str((char[96]){0}, 96, e->ndim, e->shape),
-                       TG_SHAPE_OF(t));
+                       e->name, tg_shape_string((char[96]){0}, 96, e->ndim, e->shape),
+                       TG_SHAPE_STRING(t));
     }
     for (int i = 0; i < f->count; i++) {
         bool found = false;
@@ -579,8 +579,8 @@ static tg_tensor *staging_for(const tg_tensor *t)
 
 int tg_safetensors_load_into(const char *path, const tg_params *ps)
 {
-    TG_NULL_STATUS(path);
-    TG_NULL_STATUS(ps);
+    TG_CHECK_ARG_STATUS(path);
+    TG_CHECK_ARG_STATUS(ps);
     st_file f;
     tg_tensor **staged = NULL;
     int rc = -1;

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "module_shim.h"
+#include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 #include "save_path.h"
 
@@ -209,7 +209,7 @@ void tg__save_sync_dir(const char *path)
 
 int tg_safetensors_check_writable(const char *path)
 {
-    TG_NULL_STATUS(path);
+    TG_CHECK_ARG_STATUS(path);
     tg__save_dest d;
     char *tmp = NULL;
     int rc = tg__save_prepare(&d, __func__, path);
