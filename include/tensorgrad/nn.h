@@ -48,13 +48,19 @@ TG_API void tg_params_clear(tg_params *ps);
 
 /* ---- modules (nn/linear.c, nn/norm.c, nn/embedding.c) ---------------------- */
 /* Each _new initialises its parameters as PyTorch's defaults do, drawing
- * from rng in a fixed order, and marks them as requiring grad. */
+ * from rng in a fixed order, and marks them as requiring grad. Every
+ * constructor here returns NULL on error with: TG_ERR_NULL for a NULL rng
+ * (or config), TG_ERR_VALUE for a size that is not positive or an option out
+ * of range (each constructor's comment says which), TG_ERR_DTYPE for a dtype
+ * that is not float32 or float64, TG_ERR_NOMEM when memory runs out; nothing
+ * is leaked. */
 
 typedef struct {
     int64_t in_features, out_features;
     tg_tensor *weight; /* [out, in], U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform, a=sqrt(5)) */
     tg_tensor *bias;   /* [out] or NULL, U(-1/sqrt(in), 1/sqrt(in)) */
 } tg_linear;
+/* in_features or out_features < 1: TG_ERR_VALUE. */
 TG_API tg_linear *tg_linear_new(int64_t in_features, int64_t out_features, bool bias,
                                 tg_dtype dtype, tg_rng *rng);
 /* x [..., in] -> [..., out] = x @ weight^T + bias */
@@ -68,6 +74,8 @@ typedef struct {
     double eps;
     tg_tensor *weight, *bias;          /* ones and zeros, or NULL without affine */
 } tg_layer_norm_module;
+/* ndim outside [1, TG_MAX_DIMS], a size < 1 in shape, or eps <= 0:
+ * TG_ERR_VALUE. Draws nothing. */
 TG_API tg_layer_norm_module *tg_layer_norm_new(int ndim, const int64_t *shape, double eps,
                                                bool affine, tg_dtype dtype);
 TG_API tg_tensor *tg_layer_norm_forward(const tg_layer_norm_module *m, const tg_tensor *x);
@@ -78,6 +86,7 @@ typedef struct {
     int64_t num_embeddings, embedding_dim;
     tg_tensor *weight; /* [num, dim], N(0, 1) */
 } tg_embedding_module;
+/* num_embeddings or embedding_dim < 1: TG_ERR_VALUE. */
 TG_API tg_embedding_module *tg_embedding_new(int64_t num_embeddings, int64_t embedding_dim,
                                              tg_dtype dtype, tg_rng *rng);
 /* int64 indices of any shape -> indices.shape + [dim] */
@@ -229,7 +238,9 @@ typedef struct {
 typedef struct tg_gpt tg_gpt;
 
 /* Init as GPT-2: weights N(0, 0.02), c_proj weights N(0, 0.02/sqrt(2 n_layer)),
- * biases 0, LayerNorms ones/zeros. */
+ * biases 0, LayerNorms ones/zeros. A size in config that is not positive,
+ * n_layer over 2^20, n_embd not a multiple of n_head, or dropout outside
+ * [0, 1): TG_ERR_VALUE. */
 TG_API tg_gpt *tg_gpt_new(const tg_gpt_config *config, tg_dtype dtype, tg_rng *rng);
 TG_API const tg_gpt_config *tg_gpt_config_of(const tg_gpt *m);
 /* idx int64 [B, T] (T <= block_size) -> logits [B, T, vocab]. When targets
