@@ -149,8 +149,8 @@ typedef struct {
 
 static void toy_free(toy_model *m)
 {
-    tg_embedding_free(m->tok);
-    tg_embedding_free(m->pos);
+    tg_embedding_module_free(m->tok);
+    tg_embedding_module_free(m->pos);
     tg_linear_free(m->wq);
     tg_linear_free(m->wk);
     tg_linear_free(m->wv);
@@ -162,14 +162,15 @@ static void toy_free(toy_model *m)
 static int toy_init(toy_model *m, int64_t vocab, tg_rng *rng)
 {
     m->vocab = vocab;
-    m->tok = tg_embedding_new(vocab, TOY_D, TG_FLOAT32, rng);
-    m->pos = tg_embedding_new(TOY_CTX, TOY_D, TG_FLOAT32, rng);
+    m->tok = tg_embedding_module_new(vocab, TOY_D, TG_FLOAT32, rng);
+    m->pos = tg_embedding_module_new(TOY_CTX, TOY_D, TG_FLOAT32, rng);
     m->wq = tg_linear_new(TOY_D, TOY_D, false, TG_FLOAT32, rng);
     m->wk = tg_linear_new(TOY_D, TOY_D, false, TG_FLOAT32, rng);
     m->wv = tg_linear_new(TOY_D, TOY_D, false, TG_FLOAT32, rng);
     m->wo = tg_linear_new(TOY_D, TOY_D, false, TG_FLOAT32, rng);
     m->head = tg_linear_new(TOY_D, vocab, true, TG_FLOAT32, rng);
-    if (tg_embedding_params(m->tok, "tok", &m->ps) || tg_embedding_params(m->pos, "pos", &m->ps) ||
+    if (tg_embedding_module_params(m->tok, "tok", &m->ps) ||
+        tg_embedding_module_params(m->pos, "pos", &m->ps) ||
         tg_linear_params(m->wq, "attn.W_q", &m->ps) || tg_linear_params(m->wk, "attn.W_k", &m->ps) ||
         tg_linear_params(m->wv, "attn.W_v", &m->ps) || tg_linear_params(m->wo, "attn.W_o", &m->ps) ||
         tg_linear_params(m->head, "head", &m->ps))
@@ -181,7 +182,7 @@ static int toy_init(toy_model *m, int64_t vocab, tg_rng *rng)
  * is tg_scaled_dot_product_attention, the library's own spelling of it. */
 static tg_tensor *toy_forward(const toy_model *m, const tg_tensor *x)
 {
-    tg_tensor *h = tg_add(tg_embedding_forward(m->tok, x), m->pos->weight); /* [B, CTX, D] */
+    tg_tensor *h = tg_add(tg_embedding_module_forward(m->tok, x), m->pos->weight); /* [B, CTX, D] */
     tg_tensor *q = tg_linear_forward(m->wq, h);
     tg_tensor *k = tg_linear_forward(m->wk, h);
     tg_tensor *v = tg_linear_forward(m->wv, h);

@@ -26,11 +26,11 @@ int main(int argc, char **argv)
     tg_rng *rng = tg_rng_new(0);
     tg_encoder_config layer = {.d_model = D, .nhead = 4, .dim_feedforward = 64,
                                .layer_norm_eps = 1e-5, .activation = TG_ACT_RELU};
-    tg_embedding_module *embed = tg_embedding_new(VOCAB, D, TG_FLOAT32, rng);
+    tg_embedding_module *embed = tg_embedding_module_new(VOCAB, D, TG_FLOAT32, rng);
     tg_encoder *encoder = tg_encoder_new(&layer, 2, false, TG_FLOAT32, rng);
     tg_linear *head = tg_linear_new(D, 2, true, TG_FLOAT32, rng);
     tg_params ps = {0};
-    tg_embedding_params(embed, "embed", &ps);
+    tg_embedding_module_params(embed, "embed", &ps);
     tg_encoder_params(encoder, "encoder", &ps);
     tg_linear_params(head, "head", &ps);
     tg_optim *opt = tg_adamw_new(&ps, 3e-3, 0.9, 0.999, 1e-8, 0.01);
@@ -46,7 +46,8 @@ int main(int argc, char **argv)
         tg_scope_begin();
         tg_tensor *x = tg_from_data(TG_INT64, 2, (int64_t[]){BATCH, T}, tokens);
         tg_tensor *y = tg_from_data(TG_INT64, 1, (int64_t[]){BATCH}, labels);
-        tg_tensor *h = tg_encoder_forward(encoder, tg_embedding_forward(embed, x), NULL, NULL);
+        tg_tensor *e = tg_embedding_module_forward(embed, x);                  /* [B,T,D] */
+        tg_tensor *h = tg_encoder_forward(encoder, e, NULL, NULL);
         tg_tensor *logits = tg_linear_forward(head, tg_mean(h, (int[]){1}, 1, false)); /* [B,2] */
         tg_tensor *loss = tg_cross_entropy(logits, y, -100);
         if (!loss || tg_backward(loss, NULL) < 0 || tg_optim_step(opt) < 0)
@@ -71,7 +72,7 @@ int main(int argc, char **argv)
     tg_params_clear(&ps);
     tg_linear_free(head);
     tg_encoder_free(encoder);
-    tg_embedding_free(embed);
+    tg_embedding_module_free(embed);
     tg_rng_free(rng);
     return saved == 0 && accuracy / BATCH >= 0.9 ? 0 : 1;
 }

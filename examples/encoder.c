@@ -106,8 +106,8 @@ static void model_free(model *m)
     tg_params_clear(&m->params);
     tg_linear_free(m->head);
     tg_encoder_free(m->encoder);
-    tg_embedding_free(m->position);
-    tg_embedding_free(m->embed);
+    tg_embedding_module_free(m->position);
+    tg_embedding_module_free(m->embed);
     *m = (model){0};
 }
 
@@ -120,13 +120,13 @@ static int model_init(model *m, tg_rng *rng)
                                .dropout = 0.0, .layer_norm_eps = 1e-5,
                                .activation = TG_ACT_RELU, .norm_first = true};
     *m = (model){0};
-    m->embed = tg_embedding_new(VOCAB, D_MODEL, TG_FLOAT32, rng);
-    m->position = tg_embedding_new(MAX_LEN, D_MODEL, TG_FLOAT32, rng);
+    m->embed = tg_embedding_module_new(VOCAB, D_MODEL, TG_FLOAT32, rng);
+    m->position = tg_embedding_module_new(MAX_LEN, D_MODEL, TG_FLOAT32, rng);
     m->encoder = tg_encoder_new(&layer, LAYERS, true, TG_FLOAT32, rng);
     m->head = tg_linear_new(D_MODEL, DIGITS, true, TG_FLOAT32, rng);
     if (!m->embed || !m->position || !m->encoder || !m->head ||
-        tg_embedding_params(m->embed, "embed", &m->params) < 0 ||
-        tg_embedding_params(m->position, "position", &m->params) < 0 ||
+        tg_embedding_module_params(m->embed, "embed", &m->params) < 0 ||
+        tg_embedding_module_params(m->position, "position", &m->params) < 0 ||
         tg_encoder_params(m->encoder, "encoder", &m->params) < 0 ||
         tg_linear_params(m->head, "head", &m->params) < 0) {
         model_free(m);
@@ -142,8 +142,8 @@ static tg_tensor *model_forward(const model *m, const batch *b)
     tg_tensor *tokens = tg_from_data(TG_INT64, 2, shape, b->tokens);      /* [n, T] */
     tg_tensor *pad = tg_from_data(TG_BOOL, 2, shape, b->pad);             /* [n, T] */
     tg_tensor *positions = tg_arange(TG_INT64, 0, b->T, 1);               /* [T] */
-    tg_tensor *x = tg_add(tg_embedding_forward(m->embed, tokens),         /* [n, T, D] */
-                          tg_embedding_forward(m->position, positions));  /* [T, D] broadcast */
+    tg_tensor *x = tg_add(tg_embedding_module_forward(m->embed, tokens),  /* [n, T, D] */
+                          tg_embedding_module_forward(m->position, positions)); /* [T, D] */
     tg_tensor *h = tg_encoder_forward(m->encoder, x, NULL, pad);          /* [n, T, D] */
     return tg_linear_forward(m->head, h);                                 /* [n, T, DIGITS] */
 }

@@ -151,8 +151,8 @@ typedef struct {
 
 static void toy_free(toy_model *m)
 {
-    tg_embedding_free(m->tok);
-    tg_embedding_free(m->pos);
+    tg_embedding_module_free(m->tok);
+    tg_embedding_module_free(m->pos);
     tg_linear_free(m->wq);
     tg_linear_free(m->wk);
     tg_linear_free(m->wv);
@@ -164,14 +164,15 @@ static void toy_free(toy_model *m)
  * with PyTorch's default initialisations, and lists them for the optimizer. */
 static int toy_init(toy_model *m, int vocab, tg_rng *rng, tg_params *ps)
 {
-    m->tok = tg_embedding_new(vocab, D, TG_FLOAT32, rng);
-    m->pos = tg_embedding_new(CTX, D, TG_FLOAT32, rng);
+    m->tok = tg_embedding_module_new(vocab, D, TG_FLOAT32, rng);
+    m->pos = tg_embedding_module_new(CTX, D, TG_FLOAT32, rng);
     m->wq = tg_linear_new(D, D, false, TG_FLOAT32, rng);
     m->wk = tg_linear_new(D, D, false, TG_FLOAT32, rng);
     m->wv = tg_linear_new(D, D, false, TG_FLOAT32, rng);
     m->wo = tg_linear_new(D, D, false, TG_FLOAT32, rng);
     m->head = tg_linear_new(D, vocab, true, TG_FLOAT32, rng);
-    if (tg_embedding_params(m->tok, "tok", ps) < 0 || tg_embedding_params(m->pos, "pos", ps) < 0 ||
+    if (tg_embedding_module_params(m->tok, "tok", ps) < 0 ||
+        tg_embedding_module_params(m->pos, "pos", ps) < 0 ||
         tg_linear_params(m->wq, "attn.W_q", ps) < 0 ||
         tg_linear_params(m->wk, "attn.W_k", ps) < 0 ||
         tg_linear_params(m->wv, "attn.W_v", ps) < 0 ||
@@ -187,8 +188,8 @@ static tg_tensor *toy_forward(const toy_model *m, const tg_tensor *idx, tg_tenso
 {
     int64_t t = tg_size(idx, 1);
     tg_tensor *positions = tg_arange(TG_INT64, 0, (double)t, 1);                 /* [T] */
-    tg_tensor *h = tg_add(tg_embedding_forward(m->tok, idx),                     /* [B,T,D] */
-                          tg_embedding_forward(m->pos, positions));              /* + [T,D] */
+    tg_tensor *h = tg_add(tg_embedding_module_forward(m->tok, idx),              /* [B,T,D] */
+                          tg_embedding_module_forward(m->pos, positions));       /* + [T,D] */
     tg_tensor *q = tg_linear_forward(m->wq, h);                                  /* [B,T,D] */
     tg_tensor *k = tg_linear_forward(m->wk, h);                                  /* [B,T,D] */
     tg_tensor *v = tg_linear_forward(m->wv, h);                                  /* [B,T,D] */

@@ -3,7 +3,7 @@
 #include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
-tg_tensor *tg_dropout_forward(const tg_dropout_module *m, const tg_tensor *x)
+tg_tensor *tg_dropout_module_forward(const tg_dropout_module *m, const tg_tensor *x)
 {
     TG_CHECK_ARG(m);
     return tg_dropout(x, m->p, m->train, m->rng);

@@ -5,20 +5,20 @@
 #include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
-tg_embedding_module *tg_embedding_new(int64_t num_embeddings, int64_t embedding_dim,
+tg_embedding_module *tg_embedding_module_new(int64_t num_embeddings, int64_t embedding_dim,
                                       tg_dtype dtype, tg_rng *rng)
 {
     TG_CHECK_ARG(rng);
     if (num_embeddings <= 0 || embedding_dim <= 0)
-        return tg_fail(TG_ERR_VALUE, "tg_embedding_new: num_embeddings %lld and embedding_dim "
-                       "%lld must be positive", (long long)num_embeddings,
+        return tg_fail(TG_ERR_VALUE, "tg_embedding_module_new: num_embeddings %lld and "
+                       "embedding_dim %lld must be positive", (long long)num_embeddings,
                        (long long)embedding_dim);
     if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64)
-        return tg_fail(TG_ERR_DTYPE, "tg_embedding_new: dtype %s is not a float dtype",
+        return tg_fail(TG_ERR_DTYPE, "tg_embedding_module_new: dtype %s is not a float dtype",
                        tg_dtype_name(dtype));
     tg_embedding_module *m = calloc(1, sizeof *m);
     if (!m)
-        return tg_fail(TG_ERR_NOMEM, "tg_embedding_new: out of memory");
+        return tg_fail(TG_ERR_NOMEM, "tg_embedding_module_new: out of memory");
     m->num_embeddings = num_embeddings;
     m->embedding_dim = embedding_dim;
     bool was = tg_set_grad_enabled(false);
@@ -28,28 +28,28 @@ tg_embedding_module *tg_embedding_new(int64_t num_embeddings, int64_t embedding_
     tg_scope_end();
     tg_set_grad_enabled(was);
     if (!m->weight || tg_set_requires_grad(m->weight, true) < 0) {
-        tg_embedding_free(m);
+        tg_embedding_module_free(m);
         return NULL;
     }
     return m;
 }
 
 /* int64 indices [...] -> [..., dim] */
-tg_tensor *tg_embedding_forward(const tg_embedding_module *m, const tg_tensor *indices)
+tg_tensor *tg_embedding_module_forward(const tg_embedding_module *m, const tg_tensor *indices)
 {
     TG_CHECK_ARG(m);
     TG_CHECK_ARG(indices);
     return tg_embedding(m->weight, indices);
 }
 
-int tg_embedding_params(const tg_embedding_module *m, const char *prefix, tg_params *ps)
+int tg_embedding_module_params(const tg_embedding_module *m, const char *prefix, tg_params *ps)
 {
     TG_CHECK_ARG_STATUS(m);
     TG_CHECK_ARG_STATUS(ps);
     return tg_params_add(ps, prefix, "weight", m->weight);
 }
 
-void tg_embedding_free(tg_embedding_module *m)
+void tg_embedding_module_free(tg_embedding_module *m)
 {
     if (!m)
         return;

@@ -61,8 +61,9 @@ tg_encoder_layer *tg_encoder_layer_new(const tg_encoder_config *config, tg_dtype
     m->self_attn = tg_mha_new(d, config->nhead, config->dropout, true, dtype, rng);
     m->linear1 = m->self_attn ? tg_linear_new(d, dff, true, dtype, rng) : NULL;
     m->linear2 = m->linear1 ? tg_linear_new(dff, d, true, dtype, rng) : NULL;
-    m->norm1 = m->linear2 ? tg_layer_norm_new(1, &d, config->layer_norm_eps, true, dtype) : NULL;
-    m->norm2 = m->norm1 ? tg_layer_norm_new(1, &d, config->layer_norm_eps, true, dtype) : NULL;
+    double eps = config->layer_norm_eps;
+    m->norm1 = m->linear2 ? tg_layer_norm_module_new(1, &d, eps, true, dtype) : NULL;
+    m->norm2 = m->norm1 ? tg_layer_norm_module_new(1, &d, eps, true, dtype) : NULL;
     if (!m->norm2) {
         tg_encoder_layer_free(m);
         return NULL;
@@ -78,7 +79,7 @@ static tg_tensor *feed_forward(const tg_encoder_layer *m, const tg_tensor *x,
 {
     tg_tensor *h = tg_linear_forward(m->linear1, x); /* [B, T, dff] */
     h = m->config.activation == TG_ACT_GELU ? tg_gelu(h, TG_GELU_ERF) : tg_relu(h);
-    return tg_linear_forward(m->linear2, tg_dropout_forward(drop, h)); /* [B, T, d] */
+    return tg_linear_forward(m->linear2, tg_dropout_module_forward(drop, h)); /* [B, T, d] */
 }
 
 /* src [B, T, d] (or unbatched [T, d]) -> the same shape */
@@ -100,16 +101,16 @@ tg_tensor *tg_encoder_layer_forward(const tg_encoder_layer *m, const tg_tensor *
     tg_scope_begin();
     tg_tensor *x = (tg_tensor *)src; /* borrowed until the first op replaces it */
     if (m->config.norm_first) {
-        const tg_tensor *h = tg_layer_norm_forward(m->norm1, x);
-        x = tg_add(x, tg_dropout_forward(&drop, tg_mha_forward(m->self_attn, h, h, h, &opts,
-                                                                NULL)));
-        h = tg_layer_norm_forward(m->norm2, x);
-        x = tg_add(x, tg_dropout_forward(&drop, feed_forward(m, h, &drop)));
+        const tg_tensor *h = tg_layer_norm_module_forward(m->norm1, x);
+        const tg_tensor *a = tg_mha_forward(m->self_attn, h, h, h, &opts, NULL);
+        x = tg_add(x, tg_dropout_module_forward(&drop, a));
+        h = tg_layer_norm_module_forward(m->norm2, x);
+        x = tg_add(x, tg_dropout_module_forward(&drop, feed_forward(m, h, &drop)));
     } else {
         const tg_tensor *a = tg_mha_forward(m->self_attn, x, x, x, &opts, NULL);
-        x = tg_layer_norm_forward(m->norm1, tg_add(x, tg_dropout_forward(&drop, a)));
-        x = tg_layer_norm_forward(m->norm2,
-                                  tg_add(x, tg_dropout_forward(&drop, feed_forward(m, x, &drop))));
+        x = tg_layer_norm_module_forward(m->norm1, tg_add(x, tg_dropout_module_forward(&drop, a)));
+        tg_tensor *ff = tg_dropout_module_forward(&drop, feed_forward(m, x, &drop));
+        x = tg_layer_norm_module_forward(m->norm2, tg_add(x, ff));
     }
     return tg_scope_end_keep(x);
 }
@@ -161,7 +162,7 @@ static int add_linear(const void *m, const char *p, tg_params *ps)
 }
 static int add_norm(const void *m, const char *p, tg_params *ps)
 {
-    return tg_layer_norm_params(m, p, ps);
+    return tg_layer_norm_module_params(m, p, ps);
 }
 
 int tg_encoder_layer_params(const tg_encoder_layer *m, const char *prefix, tg_params *ps)
@@ -197,8 +198,8 @@ void tg_encoder_layer_free(tg_encoder_layer *m)
     tg_mha_free(m->self_attn);
     tg_linear_free(m->linear1);
     tg_linear_free(m->linear2);
-    tg_layer_norm_free(m->norm1);
-    tg_layer_norm_free(m->norm2);
+    tg_layer_norm_module_free(m->norm1);
+    tg_layer_norm_module_free(m->norm2);
     free(m);
 }
 
@@ -231,7 +232,7 @@ tg_encoder *tg_encoder_new(const tg_encoder_config *layer, int num_layers, bool 
         }
     }
     if (final_norm) {
-        m->norm = tg_layer_norm_new(1, &layer->d_model, layer->layer_norm_eps, true, dtype);
+        m->norm = tg_layer_norm_module_new(1, &layer->d_model, layer->layer_norm_eps, true, dtype);
         if (!m->norm) {
             tg_encoder_free(m);
             return NULL;
@@ -254,7 +255,7 @@ tg_tensor *tg_encoder_forward(const tg_encoder *m, const tg_tensor *src, const t
     for (int i = 0; i < m->num_layers && x; i++)
         x = tg_encoder_layer_forward(m->layers[i], x, mask, src_key_padding_mask);
     if (m->norm && x)
-        x = tg_layer_norm_forward(m->norm, x);
+        x = tg_layer_norm_module_forward(m->norm, x);
     return tg_scope_end_keep(x);
 }
 
@@ -295,6 +296,6 @@ void tg_encoder_free(tg_encoder *m)
     for (int i = 0; m->layers && i < m->num_layers; i++)
         tg_encoder_layer_free(m->layers[i]);
     free(m->layers);
-    tg_layer_norm_free(m->norm);
+    tg_layer_norm_module_free(m->norm);
     free(m);
 }

@@ -87,7 +87,7 @@ static tg_embedding_module *gpt_embedding(int64_t num, int64_t dim, tg_dtype dty
     m->embedding_dim = dim;
     m->weight = normal_param(rng, dtype, 2, (int64_t[]){num, dim}, 0.02);
     if (!m->weight) {
-        tg_embedding_free(m);
+        tg_embedding_module_free(m);
         return NULL;
     }
     return m;
@@ -142,16 +142,16 @@ static int init_weights(tg_gpt *m, tg_dtype dtype, tg_rng *rng)
         return -1;
     for (int64_t l = 0; l < c->n_layer; l++) {
         gpt_block *b = &m->h[l];
-        b->ln_1 = tg_layer_norm_new(1, &d, 1e-5, true, dtype);
+        b->ln_1 = tg_layer_norm_module_new(1, &d, 1e-5, true, dtype);
         b->c_attn = b->ln_1 ? gpt_linear(d, 3 * d, 0.02, dtype, rng) : NULL;
         b->attn_proj = b->c_attn ? gpt_linear(d, d, proj_std, dtype, rng) : NULL;
-        b->ln_2 = b->attn_proj ? tg_layer_norm_new(1, &d, 1e-5, true, dtype) : NULL;
+        b->ln_2 = b->attn_proj ? tg_layer_norm_module_new(1, &d, 1e-5, true, dtype) : NULL;
         b->c_fc = b->ln_2 ? gpt_linear(d, 4 * d, 0.02, dtype, rng) : NULL;
         b->mlp_proj = b->c_fc ? gpt_linear(4 * d, d, proj_std, dtype, rng) : NULL;
         if (!b->mlp_proj)
             return -1;
     }
-    m->ln_f = tg_layer_norm_new(1, &d, 1e-5, true, dtype);
+    m->ln_f = tg_layer_norm_module_new(1, &d, 1e-5, true, dtype);
     if (!m->ln_f)
         return -1;
     m->drop_rng = tg_rng_new(tg_rng_next(rng));
@@ -211,17 +211,17 @@ void tg_gpt_free(tg_gpt *m)
         return;
     for (int64_t l = 0; m->h && l < m->config.n_layer; l++) {
         gpt_block *b = &m->h[l];
-        tg_layer_norm_free(b->ln_1);
-        tg_layer_norm_free(b->ln_2);
+        tg_layer_norm_module_free(b->ln_1);
+        tg_layer_norm_module_free(b->ln_2);
         tg_linear_free(b->c_attn);
         tg_linear_free(b->attn_proj);
         tg_linear_free(b->c_fc);
         tg_linear_free(b->mlp_proj);
     }
     free(m->h);
-    tg_embedding_free(m->wte);
-    tg_embedding_free(m->wpe);
-    tg_layer_norm_free(m->ln_f);
+    tg_embedding_module_free(m->wte);
+    tg_embedding_module_free(m->wpe);
+    tg_layer_norm_module_free(m->ln_f);
     tg_rng_free(m->drop_rng);
     free(m);
 }
@@ -242,10 +242,10 @@ static int block_params(const gpt_block *b, int64_t l, tg_params *ps)
 {
     char p[96];
 #define BLOCK_PREFIX(part) (snprintf(p, sizeof p, "transformer.h.%lld." part, (long long)l), p)
-    if (tg_layer_norm_params(b->ln_1, BLOCK_PREFIX("ln_1"), ps) < 0 ||
+    if (tg_layer_norm_module_params(b->ln_1, BLOCK_PREFIX("ln_1"), ps) < 0 ||
         tg_linear_params(b->c_attn, BLOCK_PREFIX("attn.c_attn"), ps) < 0 ||
         tg_linear_params(b->attn_proj, BLOCK_PREFIX("attn.c_proj"), ps) < 0 ||
-        tg_layer_norm_params(b->ln_2, BLOCK_PREFIX("ln_2"), ps) < 0 ||
+        tg_layer_norm_module_params(b->ln_2, BLOCK_PREFIX("ln_2"), ps) < 0 ||
         tg_linear_params(b->c_fc, BLOCK_PREFIX("mlp.c_fc"), ps) < 0 ||
         tg_linear_params(b->mlp_proj, BLOCK_PREFIX("mlp.c_proj"), ps) < 0)
         return -1;
@@ -259,13 +259,13 @@ int tg_gpt_params(const tg_gpt *m, tg_params *ps)
     TG_CHECK_ARG_STATUS(m);
     TG_CHECK_ARG_STATUS(ps);
     int start = ps->count;
-    int rc = tg_embedding_params(m->wte, "transformer.wte", ps);
+    int rc = tg_embedding_module_params(m->wte, "transformer.wte", ps);
     if (rc == 0)
-        rc = tg_embedding_params(m->wpe, "transformer.wpe", ps);
+        rc = tg_embedding_module_params(m->wpe, "transformer.wpe", ps);
     for (int64_t l = 0; rc == 0 && l < m->config.n_layer; l++)
         rc = block_params(&m->h[l], l, ps);
     if (rc == 0)
-        rc = tg_layer_norm_params(m->ln_f, "transformer.ln_f", ps);
+        rc = tg_layer_norm_module_params(m->ln_f, "transformer.ln_f", ps);
     if (rc < 0)
         truncate_params(ps, start);
     return rc;
@@ -375,7 +375,8 @@ static tg_tensor *trunk(const tg_gpt *m, const tg_tensor *idx, kv_cache *caches,
     int64_t *pp = tg_data(pos);
     for (int64_t t = 0; t < T; t++)
         pp[t] = pos0 + t;
-    tg_tensor *x = tg_add(tg_embedding_forward(m->wte, idx), tg_embedding_forward(m->wpe, pos));
+    tg_tensor *x = tg_add(tg_embedding_module_forward(m->wte, idx),
+                          tg_embedding_module_forward(m->wpe, pos));
     x = maybe_dropout(m, x, p);
     for (int64_t l = 0; x && l < m->config.n_layer; l++) {
         /* A block's own scope: what it made and the graph does not keep (the
@@ -383,7 +384,7 @@ static tg_tensor *trunk(const tg_gpt *m, const tg_tensor *idx, kv_cache *caches,
         tg_scope_begin();
         x = tg_scope_end_keep(block_forward(m, &m->h[l], x, caches ? &caches[l] : NULL, pos0, p));
     }
-    return tg_layer_norm_forward(m->ln_f, x);
+    return tg_layer_norm_module_forward(m->ln_f, x);
 }
 
 /* The tied LM head: x [..., d] @ wte^T -> [..., vocab]. */

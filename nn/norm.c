@@ -24,36 +24,37 @@ static tg_tensor *filled_param(tg_dtype dtype, int ndim, const int64_t *shape, d
 static int check_new_args(int ndim, const int64_t *shape, double eps, tg_dtype dtype)
 {
     if (ndim < 1 || ndim > TG_MAX_DIMS) {
-        tg_fail(TG_ERR_VALUE, "tg_layer_norm_new: ndim %d is not in [1, %d]", ndim, TG_MAX_DIMS);
+        tg_fail(TG_ERR_VALUE, "tg_layer_norm_module_new: ndim %d is not in [1, %d]", ndim,
+                TG_MAX_DIMS);
         return -1;
     }
     for (int i = 0; i < ndim; i++)
         if (shape[i] <= 0) {
-            tg_fail(TG_ERR_VALUE, "tg_layer_norm_new: shape %s has a non-positive size",
+            tg_fail(TG_ERR_VALUE, "tg_layer_norm_module_new: shape %s has a non-positive size",
                     tg_shape_string((char[96]){0}, 96, ndim, shape));
             return -1;
         }
     if (!(eps > 0)) {
-        tg_fail(TG_ERR_VALUE, "tg_layer_norm_new: eps %g must be positive", eps);
+        tg_fail(TG_ERR_VALUE, "tg_layer_norm_module_new: eps %g must be positive", eps);
         return -1;
     }
     if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64) {
-        tg_fail(TG_ERR_DTYPE, "tg_layer_norm_new: dtype %s is not a float dtype",
+        tg_fail(TG_ERR_DTYPE, "tg_layer_norm_module_new: dtype %s is not a float dtype",
                 tg_dtype_name(dtype));
         return -1;
     }
     return 0;
 }
 
-tg_layer_norm_module *tg_layer_norm_new(int ndim, const int64_t *shape, double eps, bool affine,
-                                        tg_dtype dtype)
+tg_layer_norm_module *tg_layer_norm_module_new(int ndim, const int64_t *shape, double eps,
+                                               bool affine, tg_dtype dtype)
 {
     TG_CHECK_ARG(shape);
     if (check_new_args(ndim, shape, eps, dtype) < 0)
         return NULL;
     tg_layer_norm_module *m = calloc(1, sizeof *m);
     if (!m)
-        return tg_fail(TG_ERR_NOMEM, "tg_layer_norm_new: out of memory");
+        return tg_fail(TG_ERR_NOMEM, "tg_layer_norm_module_new: out of memory");
     m->ndim = ndim;
     for (int i = 0; i < ndim; i++)
         m->shape[i] = shape[i];
@@ -64,7 +65,7 @@ tg_layer_norm_module *tg_layer_norm_new(int ndim, const int64_t *shape, double e
         m->bias = m->weight ? filled_param(dtype, ndim, shape, 0.0) : NULL;
         tg_set_grad_enabled(was);
         if (!m->bias) {
-            tg_layer_norm_free(m);
+            tg_layer_norm_module_free(m);
             return NULL;
         }
     }
@@ -72,7 +73,7 @@ tg_layer_norm_module *tg_layer_norm_new(int ndim, const int64_t *shape, double e
 }
 
 /* x [..., *shape] -> the same shape */
-tg_tensor *tg_layer_norm_forward(const tg_layer_norm_module *m, const tg_tensor *x)
+tg_tensor *tg_layer_norm_module_forward(const tg_layer_norm_module *m, const tg_tensor *x)
 {
     TG_CHECK_ARG(m);
     TG_CHECK_ARG(x);
@@ -80,12 +81,12 @@ tg_tensor *tg_layer_norm_forward(const tg_layer_norm_module *m, const tg_tensor 
     for (int i = 0; fits && i < m->ndim; i++)
         fits = tg_shape(x)[tg_ndim(x) - m->ndim + i] == m->shape[i];
     if (!fits)
-        return tg_fail(TG_ERR_SHAPE, "tg_layer_norm_forward: input %s does not end in %s",
+        return tg_fail(TG_ERR_SHAPE, "tg_layer_norm_module_forward: input %s does not end in %s",
                        TG_SHAPE_STRING(x), tg_shape_string((char[96]){0}, 96, m->ndim, m->shape));
     return tg_layer_norm(x, m->ndim, m->weight, m->bias, m->eps);
 }
 
-int tg_layer_norm_params(const tg_layer_norm_module *m, const char *prefix, tg_params *ps)
+int tg_layer_norm_module_params(const tg_layer_norm_module *m, const char *prefix, tg_params *ps)
 {
     TG_CHECK_ARG_STATUS(m);
     TG_CHECK_ARG_STATUS(ps);
@@ -105,7 +106,7 @@ int tg_layer_norm_params(const tg_layer_norm_module *m, const char *prefix, tg_p
     return 0;
 }
 
-void tg_layer_norm_free(tg_layer_norm_module *m)
+void tg_layer_norm_module_free(tg_layer_norm_module *m)
 {
     if (!m)
         return;

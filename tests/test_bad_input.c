@@ -283,18 +283,18 @@ static bool linear_wrong_width(void)
 }
 static bool layer_norm_module_eps_nan(void)
 {
-    tg_layer_norm_module *m = tg_layer_norm_new(1, SHAPE(4), NAN, true, TG_FLOAT32);
+    tg_layer_norm_module *m = tg_layer_norm_module_new(1, SHAPE(4), NAN, true, TG_FLOAT32);
     bool failed = !m;
-    tg_layer_norm_free(m);
+    tg_layer_norm_module_free(m);
     return failed;
 }
 static bool embedding_module_no_rows(void)
 {
     tg_rng *rng = tg_rng_new(1);
-    tg_embedding_module *m = tg_embedding_new(-1, 4, TG_FLOAT32, rng);
+    tg_embedding_module *m = tg_embedding_module_new(-1, 4, TG_FLOAT32, rng);
     tg_rng_free(rng);
     bool failed = !m;
-    tg_embedding_free(m);
+    tg_embedding_module_free(m);
     return failed;
 }
 static bool mha_heads_not_dividing(void)
@@ -691,8 +691,8 @@ static const bad_input catalogue[] = {
     E(sdpa_scale_nan, TG_ERR_VALUE, "tg_scaled_dot_product_attention", "scale", "nan"),
     E(linear_zero_features, TG_ERR_VALUE, "tg_linear_new", "0"),
     E(linear_wrong_width, TG_ERR_SHAPE, "tg_linear_forward", "[2,5]", "3"),
-    E(layer_norm_module_eps_nan, TG_ERR_VALUE, "tg_layer_norm_new", "eps", "nan"),
-    E(embedding_module_no_rows, TG_ERR_VALUE, "tg_embedding_new", "-1"),
+    E(layer_norm_module_eps_nan, TG_ERR_VALUE, "tg_layer_norm_module_new", "eps", "nan"),
+    E(embedding_module_no_rows, TG_ERR_VALUE, "tg_embedding_module_new", "-1"),
     E(mha_heads_not_dividing, TG_ERR_VALUE, "tg_mha_new", "10", "3"),
     E(mha_dropout_above_one, TG_ERR_VALUE, "tg_mha_new", "1.5"),
     E(mha_padding_mask_wrong_shape, TG_ERR_SHAPE, "tg_mha_forward", "[2,4]"),

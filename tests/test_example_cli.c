@@ -58,10 +58,10 @@ static double accuracy_of(tg_params *ps, tg_rng *rng)
     }
     tg_encoder_config layer = {.d_model = 32, .nhead = 4, .dim_feedforward = 64,
                                .layer_norm_eps = 1e-5, .activation = TG_ACT_RELU};
-    tg_embedding_module *embed = tg_embedding_new(VOCAB, 32, TG_FLOAT32, rng);
+    tg_embedding_module *embed = tg_embedding_module_new(VOCAB, 32, TG_FLOAT32, rng);
     tg_encoder *encoder = tg_encoder_new(&layer, 2, false, TG_FLOAT32, rng);
     tg_linear *head = tg_linear_new(32, 2, true, TG_FLOAT32, rng);
-    tg_embedding_params(embed, "embed", ps);
+    tg_embedding_module_params(embed, "embed", ps);
     tg_encoder_params(encoder, "encoder", ps);
     tg_linear_params(head, "head", ps);
     char path[128];
@@ -71,7 +71,7 @@ static double accuracy_of(tg_params *ps, tg_rng *rng)
     tg_encoder_set_train(encoder, false);
     tg_scope_begin();
     tg_tensor *x = tg_from_data(TG_INT64, 2, (int64_t[]){B, T}, tokens);
-    tg_tensor *h = tg_encoder_forward(encoder, tg_embedding_forward(embed, x), NULL, NULL);
+    tg_tensor *h = tg_encoder_forward(encoder, tg_embedding_module_forward(embed, x), NULL, NULL);
     tg_tensor *logits = tg_linear_forward(head, tg_mean(h, (int[]){1}, 1, false));
     ck_assert_ptr_nonnull(logits);
     double right = 0;
@@ -82,7 +82,7 @@ static double accuracy_of(tg_params *ps, tg_rng *rng)
     tg_scope_end();
     tg_linear_free(head);
     tg_encoder_free(encoder);
-    tg_embedding_free(embed);
+    tg_embedding_module_free(embed);
     return right / B;
 }
 

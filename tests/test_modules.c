@@ -282,8 +282,8 @@ START_TEST(linear_made_inside_a_scope_outlives_it)
     int64_t live = tg_live_tensors();
     tg_scope_begin();
     tg_linear *m = tg_linear_new(3, 2, true, TG_FLOAT64, rng);
-    tg_embedding_module *e = tg_embedding_new(4, 3, TG_FLOAT64, rng);
-    tg_layer_norm_module *ln = tg_layer_norm_new(1, SHAPE(3), 1e-5, true, TG_FLOAT64);
+    tg_embedding_module *e = tg_embedding_module_new(4, 3, TG_FLOAT64, rng);
+    tg_layer_norm_module *ln = tg_layer_norm_module_new(1, SHAPE(3), 1e-5, true, TG_FLOAT64);
     tg_scope_end();
     ck_assert_int_eq(tg_live_tensors(), live + 5);
     tg_tensor *x = tg_ones(TG_FLOAT64, 1, SHAPE(3));
@@ -292,8 +292,8 @@ START_TEST(linear_made_inside_a_scope_outlives_it)
     tg_release(y);
     tg_release(x);
     tg_linear_free(m);
-    tg_embedding_free(e);
-    tg_layer_norm_free(ln);
+    tg_embedding_module_free(e);
+    tg_layer_norm_module_free(ln);
     ck_assert_int_eq(tg_live_tensors(), live);
     tg_rng_free(rng);
 }
@@ -457,8 +457,8 @@ END_TEST
 START_TEST(free_of_null_modules_is_harmless)
 {
     tg_linear_free(NULL);
-    tg_layer_norm_free(NULL);
-    tg_embedding_free(NULL);
+    tg_layer_norm_module_free(NULL);
+    tg_embedding_module_free(NULL);
     ck_assert_int_eq(tg_error_code(), TG_OK);
 }
 END_TEST
@@ -467,7 +467,7 @@ END_TEST
 
 START_TEST(layer_norm_module_starts_as_ones_and_zeros)
 {
-    tg_layer_norm_module *m = tg_layer_norm_new(2, SHAPE(2, 3), 1e-5, true, TG_FLOAT32);
+    tg_layer_norm_module *m = tg_layer_norm_module_new(2, SHAPE(2, 3), 1e-5, true, TG_FLOAT32);
     ck_assert_ptr_nonnull(m);
     ck_assert_int_eq(m->ndim, 2);
     ck_assert(m->shape[0] == 2 && m->shape[1] == 3);
@@ -479,29 +479,29 @@ START_TEST(layer_norm_module_starts_as_ones_and_zeros)
     ck_assert_values(m->bias, 0, 0, 0, 0, 0, 0, 0);
     ck_assert(tg_requires_grad(m->weight) && tg_requires_grad(m->bias));
     tg_params ps = {0};
-    ck_assert_int_eq(tg_layer_norm_params(m, "ln_f", &ps), 0);
+    ck_assert_int_eq(tg_layer_norm_module_params(m, "ln_f", &ps), 0);
     ck_assert_int_eq(ps.count, 2);
     ck_assert_str_eq(ps.names[0], "ln_f.weight");
     ck_assert_str_eq(ps.names[1], "ln_f.bias");
     tg_params_clear(&ps);
-    tg_layer_norm_free(m);
+    tg_layer_norm_module_free(m);
 }
 END_TEST
 
 START_TEST(layer_norm_module_matches_op_called_directly)
 {
     tg_rng *rng = tg_rng_new(21);
-    tg_layer_norm_module *m = tg_layer_norm_new(1, SHAPE(4), 1e-3, true, TG_FLOAT64);
+    tg_layer_norm_module *m = tg_layer_norm_module_new(1, SHAPE(4), 1e-3, true, TG_FLOAT64);
     double w[4] = {1.5, -0.5, 2, 1}, b[4] = {0.1, 0.2, -0.3, 0};
     memcpy(tg_data(m->weight), w, sizeof w);
     memcpy(tg_data(m->bias), b, sizeof b);
     tg_tensor *x = tg_randn(rng, TG_FLOAT64, 3, SHAPE(2, 3, 4));
-    tg_tensor *y = tg_layer_norm_forward(m, x);
+    tg_tensor *y = tg_layer_norm_module_forward(m, x);
     tg_tensor *want = tg_layer_norm(x, 1, m->weight, m->bias, 1e-3);
     assert_same(y, want);
     /* Over two trailing dims. */
-    tg_layer_norm_module *m2 = tg_layer_norm_new(2, SHAPE(3, 4), 1e-5, true, TG_FLOAT64);
-    tg_tensor *y2 = tg_layer_norm_forward(m2, x);
+    tg_layer_norm_module *m2 = tg_layer_norm_module_new(2, SHAPE(3, 4), 1e-5, true, TG_FLOAT64);
+    tg_tensor *y2 = tg_layer_norm_module_forward(m2, x);
     tg_tensor *want2 = tg_layer_norm(x, 2, m2->weight, m2->bias, 1e-5);
     assert_same(y2, want2);
     ck_assert(tg_requires_grad(y2));
@@ -510,8 +510,8 @@ START_TEST(layer_norm_module_matches_op_called_directly)
     tg_release(want);
     tg_release(y2);
     tg_release(want2);
-    tg_layer_norm_free(m);
-    tg_layer_norm_free(m2);
+    tg_layer_norm_module_free(m);
+    tg_layer_norm_module_free(m2);
     tg_rng_free(rng);
 }
 END_TEST
@@ -519,61 +519,62 @@ END_TEST
 START_TEST(layer_norm_module_without_affine_has_no_params)
 {
     tg_rng *rng = tg_rng_new(22);
-    tg_layer_norm_module *m = tg_layer_norm_new(1, SHAPE(5), 1e-5, false, TG_FLOAT32);
+    tg_layer_norm_module *m = tg_layer_norm_module_new(1, SHAPE(5), 1e-5, false, TG_FLOAT32);
     ck_assert_ptr_nonnull(m);
     ck_assert_ptr_null(m->weight);
     ck_assert_ptr_null(m->bias);
     tg_params ps = {0};
-    ck_assert_int_eq(tg_layer_norm_params(m, "ln", &ps), 0);
+    ck_assert_int_eq(tg_layer_norm_module_params(m, "ln", &ps), 0);
     ck_assert_int_eq(ps.count, 0);
     tg_tensor *x = tg_randn(rng, TG_FLOAT32, 2, SHAPE(3, 5));
-    tg_tensor *y = tg_layer_norm_forward(m, x);
+    tg_tensor *y = tg_layer_norm_module_forward(m, x);
     tg_tensor *want = tg_layer_norm(x, 1, NULL, NULL, 1e-5);
     assert_same(y, want);
     tg_release(x);
     tg_release(y);
     tg_release(want);
-    tg_layer_norm_free(m);
+    tg_layer_norm_module_free(m);
     tg_rng_free(rng);
 }
 END_TEST
 
 START_TEST(layer_norm_module_rejects_bad_arguments)
 {
-    ck_assert_ptr_null(tg_layer_norm_new(0, SHAPE(4), 1e-5, true, TG_FLOAT32));
-    ck_assert_error(TG_ERR_VALUE, "tg_layer_norm_new", "ndim 0");
-    ck_assert_ptr_null(tg_layer_norm_new(9, SHAPE(1, 1, 1, 1, 1, 1, 1, 1, 1), 1e-5, true,
+    ck_assert_ptr_null(tg_layer_norm_module_new(0, SHAPE(4), 1e-5, true, TG_FLOAT32));
+    ck_assert_error(TG_ERR_VALUE, "tg_layer_norm_module_new", "ndim 0");
+    ck_assert_ptr_null(tg_layer_norm_module_new(9, SHAPE(1, 1, 1, 1, 1, 1, 1, 1, 1), 1e-5, true,
                                          TG_FLOAT32));
-    ck_assert_error(TG_ERR_VALUE, "tg_layer_norm_new", "ndim 9");
-    ck_assert_ptr_null(tg_layer_norm_new(1, NULL, 1e-5, true, TG_FLOAT32));
-    ck_assert_error(TG_ERR_NULL, "tg_layer_norm_new", "shape");
-    ck_assert_ptr_null(tg_layer_norm_new(2, SHAPE(3, 0), 1e-5, true, TG_FLOAT32));
-    ck_assert_error(TG_ERR_VALUE, "tg_layer_norm_new", "[3,0]");
-    ck_assert_ptr_null(tg_layer_norm_new(1, SHAPE(4), 0, true, TG_FLOAT32));
-    ck_assert_error(TG_ERR_VALUE, "tg_layer_norm_new", "eps 0");
-    ck_assert_ptr_null(tg_layer_norm_new(1, SHAPE(4), -1e-5, true, TG_FLOAT32));
-    ck_assert_error(TG_ERR_VALUE, "tg_layer_norm_new", "eps");
-    ck_assert_ptr_null(tg_layer_norm_new(1, SHAPE(4), NAN, true, TG_FLOAT32));
-    ck_assert_error(TG_ERR_VALUE, "tg_layer_norm_new", "eps");
-    ck_assert_ptr_null(tg_layer_norm_new(1, SHAPE(4), 1e-5, true, TG_BOOL));
-    ck_assert_error(TG_ERR_DTYPE, "tg_layer_norm_new", "bool");
+    ck_assert_error(TG_ERR_VALUE, "tg_layer_norm_module_new", "ndim 9");
+    ck_assert_ptr_null(tg_layer_norm_module_new(1, NULL, 1e-5, true, TG_FLOAT32));
+    ck_assert_error(TG_ERR_NULL, "tg_layer_norm_module_new", "shape");
+    ck_assert_ptr_null(tg_layer_norm_module_new(2, SHAPE(3, 0), 1e-5, true, TG_FLOAT32));
+    ck_assert_error(TG_ERR_VALUE, "tg_layer_norm_module_new", "[3,0]");
+    ck_assert_ptr_null(tg_layer_norm_module_new(1, SHAPE(4), 0, true, TG_FLOAT32));
+    ck_assert_error(TG_ERR_VALUE, "tg_layer_norm_module_new", "eps 0");
+    ck_assert_ptr_null(tg_layer_norm_module_new(1, SHAPE(4), -1e-5, true, TG_FLOAT32));
+    ck_assert_error(TG_ERR_VALUE, "tg_layer_norm_module_new", "eps");
+    ck_assert_ptr_null(tg_layer_norm_module_new(1, SHAPE(4), NAN, true, TG_FLOAT32));
+    ck_assert_error(TG_ERR_VALUE, "tg_layer_norm_module_new", "eps");
+    ck_assert_ptr_null(tg_layer_norm_module_new(1, SHAPE(4), 1e-5, true, TG_BOOL));
+    ck_assert_error(TG_ERR_DTYPE, "tg_layer_norm_module_new", "bool");
 
-    tg_layer_norm_module *m = tg_layer_norm_new(2, SHAPE(3, 4), 1e-5, false, TG_FLOAT32);
+    tg_layer_norm_module *m = tg_layer_norm_module_new(2, SHAPE(3, 4), 1e-5, false, TG_FLOAT32);
     tg_tensor *x = tg_zeros(TG_FLOAT32, 2, SHAPE(4, 3));
-    ck_assert_ptr_null(tg_layer_norm_forward(m, x));
-    ck_assert_error(TG_ERR_SHAPE, "tg_layer_norm_forward: input [4,3] does not end in [3,4]");
+    ck_assert_ptr_null(tg_layer_norm_module_forward(m, x));
+    ck_assert_error(TG_ERR_SHAPE,
+                    "tg_layer_norm_module_forward: input [4,3] does not end in [3,4]");
     tg_tensor *x1 = tg_zeros(TG_FLOAT32, 1, SHAPE(4));
-    ck_assert_ptr_null(tg_layer_norm_forward(m, x1));
-    ck_assert_error(TG_ERR_SHAPE, "tg_layer_norm_forward", "[4]");
-    ck_assert_ptr_null(tg_layer_norm_forward(NULL, x));
-    ck_assert_error(TG_ERR_NULL, "tg_layer_norm_forward");
-    ck_assert_ptr_null(tg_layer_norm_forward(m, NULL));
-    ck_assert_error(TG_ERR_NULL, "tg_layer_norm_forward");
-    ck_assert_int_eq(tg_layer_norm_params(NULL, "a", &(tg_params){0}), -1);
-    ck_assert_error(TG_ERR_NULL, "tg_layer_norm_params");
+    ck_assert_ptr_null(tg_layer_norm_module_forward(m, x1));
+    ck_assert_error(TG_ERR_SHAPE, "tg_layer_norm_module_forward", "[4]");
+    ck_assert_ptr_null(tg_layer_norm_module_forward(NULL, x));
+    ck_assert_error(TG_ERR_NULL, "tg_layer_norm_module_forward");
+    ck_assert_ptr_null(tg_layer_norm_module_forward(m, NULL));
+    ck_assert_error(TG_ERR_NULL, "tg_layer_norm_module_forward");
+    ck_assert_int_eq(tg_layer_norm_module_params(NULL, "a", &(tg_params){0}), -1);
+    ck_assert_error(TG_ERR_NULL, "tg_layer_norm_module_params");
     tg_release(x);
     tg_release(x1);
-    tg_layer_norm_free(m);
+    tg_layer_norm_module_free(m);
 }
 END_TEST
 
@@ -582,7 +583,7 @@ END_TEST
 START_TEST(embedding_module_init_is_standard_normal_from_rng)
 {
     tg_rng *rng = tg_rng_new(31), *ref = tg_rng_new(31);
-    tg_embedding_module *m = tg_embedding_new(500, 8, TG_FLOAT64, rng);
+    tg_embedding_module *m = tg_embedding_module_new(500, 8, TG_FLOAT64, rng);
     ck_assert_ptr_nonnull(m);
     ck_assert_int_eq(m->num_embeddings, 500);
     ck_assert_int_eq(m->embedding_dim, 8);
@@ -599,7 +600,7 @@ START_TEST(embedding_module_init_is_standard_normal_from_rng)
     ck_assert_msg(fabs(mean) < 0.08 && fabs(var - 1) < 0.1, "mean %g var %g", mean, var);
     free(v);
     tg_release(want);
-    tg_embedding_free(m);
+    tg_embedding_module_free(m);
     tg_rng_free(rng);
     tg_rng_free(ref);
 }
@@ -608,9 +609,9 @@ END_TEST
 START_TEST(embedding_module_matches_op_called_directly)
 {
     tg_rng *rng = tg_rng_new(32);
-    tg_embedding_module *m = tg_embedding_new(5, 3, TG_FLOAT32, rng);
+    tg_embedding_module *m = tg_embedding_module_new(5, 3, TG_FLOAT32, rng);
     tg_tensor *idx = tg_from_data(TG_INT64, 2, SHAPE(2, 3), (const int64_t[]){4, 0, 2, 2, 1, 4});
-    tg_tensor *y = tg_embedding_forward(m, idx);
+    tg_tensor *y = tg_embedding_module_forward(m, idx);
     ck_assert_shape(y, 2, 3, 3);
     tg_tensor *want = tg_embedding(m->weight, idx);
     assert_same(y, want);
@@ -621,7 +622,7 @@ START_TEST(embedding_module_matches_op_called_directly)
     tg_tensor *g = tg_grad(m->weight);
     ck_assert_values(g, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 0, 0, 0, 2, 2, 2);
     tg_params ps = {0};
-    ck_assert_int_eq(tg_embedding_params(m, "wte", &ps), 0);
+    ck_assert_int_eq(tg_embedding_module_params(m, "wte", &ps), 0);
     ck_assert_int_eq(ps.count, 1);
     ck_assert_str_eq(ps.names[0], "wte.weight");
     ck_assert_ptr_eq(ps.tensors[0], m->weight);
@@ -630,7 +631,7 @@ START_TEST(embedding_module_matches_op_called_directly)
     tg_release(y);
     tg_release(want);
     tg_release(idx);
-    tg_embedding_free(m);
+    tg_embedding_module_free(m);
     tg_rng_free(rng);
 }
 END_TEST
@@ -638,28 +639,28 @@ END_TEST
 START_TEST(embedding_module_rejects_bad_arguments)
 {
     tg_rng *rng = tg_rng_new(33);
-    ck_assert_ptr_null(tg_embedding_new(0, 3, TG_FLOAT32, rng));
-    ck_assert_error(TG_ERR_VALUE, "tg_embedding_new", "num_embeddings 0");
-    ck_assert_ptr_null(tg_embedding_new(3, -1, TG_FLOAT32, rng));
-    ck_assert_error(TG_ERR_VALUE, "tg_embedding_new", "embedding_dim -1");
-    ck_assert_ptr_null(tg_embedding_new(3, 2, TG_INT64, rng));
-    ck_assert_error(TG_ERR_DTYPE, "tg_embedding_new", "int64");
-    ck_assert_ptr_null(tg_embedding_new(3, 2, TG_FLOAT32, NULL));
-    ck_assert_error(TG_ERR_NULL, "tg_embedding_new", "rng");
-    tg_embedding_module *m = tg_embedding_new(3, 2, TG_FLOAT32, rng);
+    ck_assert_ptr_null(tg_embedding_module_new(0, 3, TG_FLOAT32, rng));
+    ck_assert_error(TG_ERR_VALUE, "tg_embedding_module_new", "num_embeddings 0");
+    ck_assert_ptr_null(tg_embedding_module_new(3, -1, TG_FLOAT32, rng));
+    ck_assert_error(TG_ERR_VALUE, "tg_embedding_module_new", "embedding_dim -1");
+    ck_assert_ptr_null(tg_embedding_module_new(3, 2, TG_INT64, rng));
+    ck_assert_error(TG_ERR_DTYPE, "tg_embedding_module_new", "int64");
+    ck_assert_ptr_null(tg_embedding_module_new(3, 2, TG_FLOAT32, NULL));
+    ck_assert_error(TG_ERR_NULL, "tg_embedding_module_new", "rng");
+    tg_embedding_module *m = tg_embedding_module_new(3, 2, TG_FLOAT32, rng);
     tg_tensor *idx = tg_from_data(TG_INT64, 1, SHAPE(2), (const int64_t[]){1, 3});
-    ck_assert_ptr_null(tg_embedding_forward(m, idx));
+    ck_assert_ptr_null(tg_embedding_module_forward(m, idx));
     ck_assert_error(TG_ERR_INDEX, "tg_embedding");
-    ck_assert_ptr_null(tg_embedding_forward(NULL, idx));
-    ck_assert_error(TG_ERR_NULL, "tg_embedding_forward");
-    ck_assert_ptr_null(tg_embedding_forward(m, NULL));
-    ck_assert_error(TG_ERR_NULL, "tg_embedding_forward");
-    ck_assert_int_eq(tg_embedding_params(m, "e", NULL), -1);
-    ck_assert_error(TG_ERR_NULL, "tg_embedding_params", "ps");
-    ck_assert_int_eq(tg_embedding_params(NULL, "e", &(tg_params){0}), -1);
-    ck_assert_error(TG_ERR_NULL, "tg_embedding_params");
+    ck_assert_ptr_null(tg_embedding_module_forward(NULL, idx));
+    ck_assert_error(TG_ERR_NULL, "tg_embedding_module_forward");
+    ck_assert_ptr_null(tg_embedding_module_forward(m, NULL));
+    ck_assert_error(TG_ERR_NULL, "tg_embedding_module_forward");
+    ck_assert_int_eq(tg_embedding_module_params(m, "e", NULL), -1);
+    ck_assert_error(TG_ERR_NULL, "tg_embedding_module_params", "ps");
+    ck_assert_int_eq(tg_embedding_module_params(NULL, "e", &(tg_params){0}), -1);
+    ck_assert_error(TG_ERR_NULL, "tg_embedding_module_params");
     tg_release(idx);
-    tg_embedding_free(m);
+    tg_embedding_module_free(m);
     tg_rng_free(rng);
 }
 END_TEST

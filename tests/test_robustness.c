@@ -196,7 +196,8 @@ static int train_step(tg_linear *lin, tg_layer_norm_module *ln, const tg_tensor 
                       const tg_tensor *y)
 {
     tg_scope_begin();
-    tg_tensor *h = tg_layer_norm_forward(ln, tg_gelu(tg_linear_forward(lin, x), TG_GELU_TANH));
+    tg_tensor *h =
+        tg_layer_norm_module_forward(ln, tg_gelu(tg_linear_forward(lin, x), TG_GELU_TANH));
     tg_tensor *loss = tg_cross_entropy(h, y, -100);
     int rc = loss ? tg_backward(loss, NULL) : -1;
     tg_scope_end();
@@ -207,7 +208,7 @@ START_TEST(every_allocation_of_a_training_step_may_fail)
 {
     tg_rng *rng = tg_rng_new(9);
     tg_linear *lin = tg_linear_new(4, 5, true, TG_FLOAT32, rng);
-    tg_layer_norm_module *ln = tg_layer_norm_new(1, SHAPE(5), 1e-5, true, TG_FLOAT32);
+    tg_layer_norm_module *ln = tg_layer_norm_module_new(1, SHAPE(5), 1e-5, true, TG_FLOAT32);
     tg_tensor *x = tg_randn(rng, TG_FLOAT32, 2, SHAPE(3, 4));
     tg_tensor *y = tg_from_data(TG_INT64, 1, SHAPE(3), (const int64_t[]){0, 4, 2});
     int64_t live = tg_live_tensors();
@@ -240,7 +241,7 @@ START_TEST(every_allocation_of_a_training_step_may_fail)
     tg_release(x);
     tg_release(y);
     tg_linear_free(lin);
-    tg_layer_norm_free(ln);
+    tg_layer_norm_module_free(ln);
     tg_rng_free(rng);
 }
 END_TEST

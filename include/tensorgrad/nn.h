@@ -76,23 +76,26 @@ typedef struct {
 } tg_layer_norm_module;
 /* ndim outside [1, TG_MAX_DIMS], a size < 1 in shape, or eps <= 0:
  * TG_ERR_VALUE. Draws nothing. */
-TG_API tg_layer_norm_module *tg_layer_norm_new(int ndim, const int64_t *shape, double eps,
-                                               bool affine, tg_dtype dtype);
-TG_API tg_tensor *tg_layer_norm_forward(const tg_layer_norm_module *m, const tg_tensor *x);
-TG_API int tg_layer_norm_params(const tg_layer_norm_module *m, const char *prefix, tg_params *ps);
-TG_API void tg_layer_norm_free(tg_layer_norm_module *m);
+TG_API tg_layer_norm_module *tg_layer_norm_module_new(int ndim, const int64_t *shape, double eps,
+                                                      bool affine, tg_dtype dtype);
+TG_API tg_tensor *tg_layer_norm_module_forward(const tg_layer_norm_module *m, const tg_tensor *x);
+TG_API int tg_layer_norm_module_params(const tg_layer_norm_module *m, const char *prefix,
+                                       tg_params *ps);
+TG_API void tg_layer_norm_module_free(tg_layer_norm_module *m);
 
 typedef struct {
     int64_t num_embeddings, embedding_dim;
     tg_tensor *weight; /* [num, dim], N(0, 1) */
 } tg_embedding_module;
 /* num_embeddings or embedding_dim < 1: TG_ERR_VALUE. */
-TG_API tg_embedding_module *tg_embedding_new(int64_t num_embeddings, int64_t embedding_dim,
-                                             tg_dtype dtype, tg_rng *rng);
+TG_API tg_embedding_module *tg_embedding_module_new(int64_t num_embeddings, int64_t embedding_dim,
+                                                    tg_dtype dtype, tg_rng *rng);
 /* int64 indices of any shape -> indices.shape + [dim] */
-TG_API tg_tensor *tg_embedding_forward(const tg_embedding_module *m, const tg_tensor *indices);
-TG_API int tg_embedding_params(const tg_embedding_module *m, const char *prefix, tg_params *ps);
-TG_API void tg_embedding_free(tg_embedding_module *m);
+TG_API tg_tensor *tg_embedding_module_forward(const tg_embedding_module *m,
+                                              const tg_tensor *indices);
+TG_API int tg_embedding_module_params(const tg_embedding_module *m, const char *prefix,
+                                      tg_params *ps);
+TG_API void tg_embedding_module_free(tg_embedding_module *m);
 
 typedef struct {
     double p;   /* probability of zeroing an element, in [0, 1) */
@@ -100,7 +103,7 @@ typedef struct {
     tg_rng *rng; /* borrowed: must outlive the module */
 } tg_dropout_module;
 /* A stack value is fine: tg_dropout_module d = {0.1, true, rng}; */
-TG_API tg_tensor *tg_dropout_forward(const tg_dropout_module *m, const tg_tensor *x);
+TG_API tg_tensor *tg_dropout_module_forward(const tg_dropout_module *m, const tg_tensor *x);
 
 /* ---- attention (nn/sdpa.c, nn/attention.c) --------------------------------- */
 
