@@ -1,5 +1,6 @@
-/* Creating tensors: constants, ranges, copies of C arrays, random tensors
- * from a seeded generator, and the causal mask. */
+/* Creating tensors: constants, ranges, copies of C arrays (and C arrays
+ * copied into existing tensors), random tensors from a seeded generator,
+ * and the causal mask. */
 #include "internal.h"
 
 #include <string.h>
@@ -97,6 +98,28 @@ tg_tensor *tg_from_data(tg_dtype dtype, int ndim, const int64_t *shape, const vo
     if (t)
         memcpy(tg__ptr(t), data, (size_t)tg__numel(ndim, shape) * tg_dtype_size(dtype));
     return tg__ret(t);
+}
+
+int tg_copy_from(tg_tensor *t, tg_dtype dtype, const void *data, int64_t count)
+{
+    TG_CHECK_NULL_STATUS(t);
+    TG_CHECK_NULL_STATUS(data);
+    if (!known_dtype(__func__, dtype))
+        return -1;
+    int64_t n = tg__numel(t->ndim, t->shape);
+    if (count != n) {
+        tg__fail(TG_ERR_SHAPE, "%s: %lld elements given for tensor %s of %lld", __func__,
+                 (long long)count, TG_SHAPE_STR(t), (long long)n);
+        return -1;
+    }
+    /* data seen as a contiguous tensor of t's shape; the copy converts */
+    tg_storage s = {.refcount = 1, .data = (void *)data, .nbytes = (size_t)n * tg_dtype_size(dtype)};
+    tg_tensor src = {.refcount = 1, .storage = &s, .ndim = t->ndim, .dtype = dtype};
+    memcpy(src.shape, t->shape, sizeof src.shape);
+    tg__contiguous_strides(src.ndim, src.shape, src.stride);
+    tg__copy(t, &src);
+    tg__bump_version(t); /* a graph that read t must not backpropagate now */
+    return 0;
 }
 
 /* bool [L, S], true where key j comes after query i (j > i). */

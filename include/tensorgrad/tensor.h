@@ -235,6 +235,16 @@ TG_API const void *tg_data_const(const tg_tensor *t);
 /* Copies t's elements, in row-major order, into out as `dtype`; returns 0,
  * or -1 if the buffer (capacity elements) is too small. */
 TG_API int tg_copy_to(const tg_tensor *t, tg_dtype dtype, void *out, int64_t capacity);
+/* The mirror of tg_copy_to: copies count elements of `dtype` from data, in
+ * row-major order, into t, whatever its layout (a view writes through to
+ * the tensor it views), converting element by element (to bool, nonzero is
+ * true; bool data holds 0 or 1, as C's bool does). data is borrowed. It is
+ * a write: it bumps the version of t's storage, so a graph that read t
+ * cannot backpropagate afterwards (TG_ERR_STATE). Returns 0, or -1 with
+ * TG_ERR_NULL (t or data NULL), TG_ERR_STATE (t released, in checked
+ * mode), TG_ERR_DTYPE (unknown dtype) or TG_ERR_SHAPE (count is not
+ * tg_numel(t)). */
+TG_API int tg_copy_from(tg_tensor *t, tg_dtype dtype, const void *data, int64_t count);
 /* True when a and b share storage. */
 TG_API bool tg_shares_storage(const tg_tensor *a, const tg_tensor *b);
 
