@@ -14,7 +14,6 @@
 #include "json.h"
 #include <tensorgrad/module.h>
 #include "save_path.h"
-#include "tensor_io.h"
 
 static const struct {
     const char *code;
@@ -27,6 +26,25 @@ static const char *const unsupported_codes[] = {"F16", "BF16", "F8_E4M3", "F8_E5
                                                 "I32", "U8", "U16", "U32", "U64"};
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The format is little-endian; a big-endian host swaps element bytes on the
+ * way out and on the way in. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define HOST_BIG_ENDIAN 1
+#else
+#define HOST_BIG_ENDIAN 0
+#endif
+
+/* Reverses the bytes of each of the n elements of size es at p. */
+static void swap_elements(unsigned char *p, int64_t n, size_t es)
+{
+    for (int64_t i = 0; i < n; i++, p += es)
+        for (size_t j = 0; j < es / 2; j++) {
+            unsigned char c = p[j];
+            p[j] = p[es - 1 - j];
+            p[es - 1 - j] = c;
+        }
+}
 
 static const char *dtype_code(tg_dtype dtype)
 {
@@ -115,6 +133,32 @@ static void build_header(tg__jbuf *b, const tg_params *ps, int n_meta, const cha
 
 /* ---- saving ------------------------------------------------------------------- */
 
+/* t's elements to fp, row-major and little-endian whatever t's layout: a
+ * contiguous tensor straight from its data on a little-endian host, any
+ * other through a copy. 0, or -1 with errno set. */
+static int write_tensor(FILE *fp, const tg_tensor *t)
+{
+    tg_dtype dtype = tg_dtype_of(t);
+    int64_t n = tg_numel(t);
+    size_t es = tg_dtype_size(dtype), nbytes = (size_t)n * es;
+    if (!nbytes)
+        return 0;
+    if (!HOST_BIG_ENDIAN && tg_is_contiguous(t))
+        return fwrite(tg_data_const(t), 1, nbytes, fp) == nbytes ? 0 : -1;
+    unsigned char *buf = malloc(nbytes);
+    if (!buf) {
+        errno = ENOMEM;
+        return -1;
+    }
+    int rc = tg_copy_to(t, dtype, buf, n);
+    if (rc == 0 && HOST_BIG_ENDIAN)
+        swap_elements(buf, n, es);
+    if (rc == 0)
+        rc = fwrite(buf, 1, nbytes, fp) == nbytes ? 0 : -1;
+    free(buf);
+    return rc;
+}
+
 static int write_file(FILE *fp, const tg__jbuf *header, const tg_params *ps)
 {
     unsigned char len[8];
@@ -123,7 +167,7 @@ static int write_file(FILE *fp, const tg__jbuf *header, const tg_params *ps)
     if (fwrite(len, 1, 8, fp) != 8 || fwrite(header->data, 1, header->len, fp) != header->len)
         return -1;
     for (int i = 0; i < ps->count; i++)
-        if (tg__tensor_write_le(fp, ps->tensors[i]) < 0)
+        if (write_tensor(fp, ps->tensors[i]) < 0)
             return -1;
     return fflush(fp) == 0 && fsync(fileno(fp)) == 0 ? 0 : -1;
 }
@@ -206,7 +250,7 @@ typedef struct {
     unsigned char *bytes; /* the whole file */
     size_t size;
     tg__json header;
-    const unsigned char *data; /* the data section, after the header */
+    unsigned char *data; /* the data section, after the header, in host order once checked */
     int64_t data_size;
     entry *entries;
     entry **by_name; /* entries sorted by name, for lookups */
@@ -441,7 +485,25 @@ static void close_file(st_file *f)
     free(f->by_name);
 }
 
-/* Reads path and checks all of it; on success f describes every tensor. */
+/* Turns each tensor's bytes, in place, into what its C type holds on this
+ * host: bool bytes other than 0 become 1 (a C bool holds only 0 and 1), and
+ * a big-endian host swaps element bytes. Ranges do not overlap (checked). */
+static void to_host_order(st_file *f)
+{
+    for (int i = 0; i < f->count; i++) {
+        const entry *e = &f->entries[i];
+        unsigned char *p = f->data + e->begin;
+        size_t nbytes = (size_t)(e->end - e->begin), es = tg_dtype_size(e->dtype);
+        if (e->dtype == TG_BOOL)
+            for (size_t j = 0; j < nbytes; j++)
+                p[j] = p[j] != 0;
+        if (HOST_BIG_ENDIAN)
+            swap_elements(p, (int64_t)(nbytes / es), es);
+    }
+}
+
+/* Reads path and checks all of it; on success f describes every tensor, its
+ * bytes in host order. */
 static int open_checked(st_file *f, const char *fn, const char *path)
 {
     *f = (st_file){.fn = fn, .path = path};
@@ -482,10 +544,23 @@ static int open_checked(st_file *f, const char *fn, const char *path)
         if (rc < 0)
             return -1;
     }
-    return check_ranges_and_names(f);
+    if (check_ranges_and_names(f) < 0)
+        return -1;
+    to_host_order(f);
+    return 0;
 }
 
 /* ---- loading: into a list or into existing tensors ------------------------------ */
+
+/* A new tensor holding e's bytes, the caller's own reference whether or not
+ * a scope is open. */
+static tg_tensor *tensor_of(const st_file *f, const entry *e)
+{
+    tg_scope_begin();
+    tg_tensor *t = tg_retain(tg_from_data(e->dtype, e->ndim, e->shape, f->data + e->begin));
+    tg_scope_end();
+    return t;
+}
 
 int tg_safetensors_load(const char *path, tg_params *out)
 {
@@ -508,8 +583,7 @@ int tg_safetensors_load(const char *path, tg_params *out)
     }
     for (int i = 0; i < f.count; i++) {
         const entry *e = &f.entries[i];
-        made[i] = tg__tensor_read_le(e->dtype, e->ndim, e->shape, f.data + e->begin,
-                                     (size_t)(e->end - e->begin));
+        made[i] = tensor_of(&f, e);
         if (!made[i])
             goto done;
     }
@@ -567,14 +641,13 @@ static int match_params(const st_file *f, const tg_params *ps)
     return 0;
 }
 
-/* A zeroed contiguous tensor of t's shape and dtype, the caller's own
- * reference whether or not a scope is open. */
-static tg_tensor *staging_for(const tg_tensor *t)
+/* The size of e's bytes when they do not start at a multiple of its element
+ * size (a copy into a strided tensor reads whole elements, which must be
+ * aligned), else 0. */
+static size_t misaligned(const st_file *f, const entry *e)
 {
-    tg_scope_begin();
-    tg_tensor *s = tg_retain(tg_zeros(tg_dtype_of(t), tg_ndim(t), tg_shape(t)));
-    tg_scope_end();
-    return s;
+    bool off = (uintptr_t)(f->data + e->begin) % tg_dtype_size(e->dtype) != 0;
+    return off ? (size_t)(e->end - e->begin) : 0;
 }
 
 int tg_safetensors_load_into(const char *path, const tg_params *ps)
@@ -582,30 +655,31 @@ int tg_safetensors_load_into(const char *path, const tg_params *ps)
     TG_CHECK_ARG_STATUS(path);
     TG_CHECK_ARG_STATUS(ps);
     st_file f;
-    tg_tensor **staged = NULL;
+    unsigned char *scratch = NULL;
     int rc = -1;
     if (open_checked(&f, __func__, path) < 0 || match_params(&f, ps) < 0)
         goto done;
-    /* Non-contiguous destinations get a contiguous staging copy, allocated
-     * for all of them before any parameter is written. */
-    staged = calloc((size_t)ps->count + 1, sizeof *staged);
-    if (!staged) {
+    /* room for the largest misaligned tensor, taken before any parameter is
+     * written, so that a failure changes nothing */
+    size_t room = 0;
+    for (int i = 0; i < f.count; i++)
+        if (misaligned(&f, &f.entries[i]) > room)
+            room = misaligned(&f, &f.entries[i]);
+    if (room && !(scratch = malloc(room))) {
         tg_fail(TG_ERR_NOMEM, "%s: %s: out of memory", __func__, path);
         goto done;
     }
-    for (int i = 0; i < ps->count; i++)
-        if (!tg_is_contiguous(ps->tensors[i]) && !(staged[i] = staging_for(ps->tensors[i])))
-            goto done;
     for (int i = 0; i < ps->count; i++) {
         const entry *e = find_entry(&f, ps->names[i]);
-        tg__tensor_load_le(ps->tensors[i], staged[i], f.data + e->begin,
-                           (size_t)(e->end - e->begin));
+        const void *bytes = f.data + e->begin;
+        if (misaligned(&f, e))
+            bytes = memcpy(scratch, bytes, misaligned(&f, e));
+        if (tg_copy_from(ps->tensors[i], e->dtype, bytes, tg_numel(ps->tensors[i])) < 0)
+            goto done;
     }
     rc = 0;
 done:
-    for (int i = 0; staged && i < ps->count; i++)
-        tg_release(staged[i]);
-    free(staged);
+    free(scratch);
     close_file(&f);
     return rc;
 }
