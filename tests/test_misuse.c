@@ -78,6 +78,22 @@ START_TEST(backward_refuses_an_input_written_through_tg_data_after_the_op)
 }
 END_TEST
 
+START_TEST(backward_refuses_an_input_overwritten_by_copy_from_after_the_op)
+{
+    tg_scope_begin();
+    tg_tensor *x = leaf3();
+    tg_tensor *loss = tg_sum(tg_mul(x, x), NULL, 0, false);
+    ck_assert_int_eq(tg_copy_from(x, TG_FLOAT64, (double[]){4, 5, 6}, 3), 0);
+    ck_assert_int_eq(tg_backward(loss, NULL), -1);
+    ck_assert_int_eq(tg_error_code(), TG_ERR_STATE);
+    /* one write, one bump */
+    ck_assert_ptr_nonnull(strstr(tg_error_message(), "(version 0, now 1)"));
+    ck_assert_ptr_null(tg_grad(x));
+    tg_error_clear();
+    tg_scope_end();
+}
+END_TEST
+
 START_TEST(writing_through_tg_data_before_the_op_is_fine)
 {
     tg_scope_begin();
@@ -366,6 +382,7 @@ int main(void)
     suite_add_tcase(s, tc);
     tc = tcase_misuse("versions");
     tcase_add_test(tc, backward_refuses_an_input_written_through_tg_data_after_the_op);
+    tcase_add_test(tc, backward_refuses_an_input_overwritten_by_copy_from_after_the_op);
     tcase_add_test(tc, writing_through_tg_data_before_the_op_is_fine);
     tcase_add_test(tc, loading_a_checkpoint_into_a_saved_parameter_is_caught);
     tcase_add_test(tc, reading_through_tg_data_const_leaves_backward_alone);

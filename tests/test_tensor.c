@@ -285,6 +285,42 @@ START_TEST(data_is_refused_for_a_non_contiguous_tensor)
 }
 END_TEST
 
+START_TEST(copy_from_fills_any_layout_in_logical_order_converting_the_dtype)
+{
+    tg_tensor *t = tg_zeros(TG_FLOAT32, 2, SHAPE(2, 3));
+    ck_assert_int_eq(tg_copy_from(t, TG_FLOAT64, (double[]){1.5, -2, 0, 3, 4, 5}, 6), 0);
+    ck_assert_values(t, 0, 1.5, -2, 0, 3, 4, 5);
+    tg_tensor *tt = tg_transpose(t, 0, 1); /* [3,2]: row-major data lands column-wise in t */
+    ck_assert_int_eq(tg_copy_from(tt, TG_FLOAT64, (double[]){1, 2, 3, 4, 5, 6}, 6), 0);
+    ck_assert_values(t, 0, 1, 3, 5, 2, 4, 6);
+    tg_tensor *b = tg_zeros(TG_BOOL, 1, SHAPE(3));
+    ck_assert_int_eq(tg_copy_from(b, TG_INT64, (int64_t[]){0, -7, 2}, 3), 0);
+    ck_assert_values(b, 0, 0, 1, 1);
+    tg_release(b);
+    tg_release(tt);
+    tg_release(t);
+}
+END_TEST
+
+START_TEST(copy_from_refuses_a_wrong_count_and_null_changing_nothing)
+{
+    tg_tensor *t = tg_zeros(TG_FLOAT64, 2, SHAPE(2, 2));
+    double v[5] = {1, 2, 3, 4, 5};
+    ck_assert_int_eq(tg_copy_from(t, TG_FLOAT64, v, 5), -1);
+    ck_assert_error(TG_ERR_SHAPE, "tg_copy_from", "5", "[2,2]", "4");
+    ck_assert_int_eq(tg_copy_from(t, TG_FLOAT64, v, 3), -1);
+    ck_assert_error(TG_ERR_SHAPE, "tg_copy_from", "3");
+    ck_assert_int_eq(tg_copy_from(t, TG_FLOAT64, NULL, 4), -1);
+    ck_assert_error(TG_ERR_NULL, "tg_copy_from", "data");
+    ck_assert_int_eq(tg_copy_from(NULL, TG_FLOAT64, v, 4), -1);
+    ck_assert_error(TG_ERR_NULL, "tg_copy_from");
+    ck_assert_int_eq(tg_copy_from(t, (tg_dtype)9, v, 4), -1);
+    ck_assert_error(TG_ERR_DTYPE, "tg_copy_from");
+    ck_assert_values(t, 0, 0, 0, 0, 0);
+    tg_release(t);
+}
+END_TEST
+
 START_TEST(copy_to_converts_the_dtype_in_logical_order)
 {
     tg_tensor *t = make(TG_FLOAT64, 2, SHAPE(2, 2), (double[]){1.5, -2.5, 0, 3});
@@ -753,6 +789,8 @@ static Suite *tensor_suite(void)
     tcase_add_test(tc, get_reads_a_multi_index_and_rejects_out_of_range);
     tcase_add_test(tc, data_is_refused_for_a_non_contiguous_tensor);
     tcase_add_test(tc, copy_to_converts_the_dtype_in_logical_order);
+    tcase_add_test(tc, copy_from_fills_any_layout_in_logical_order_converting_the_dtype);
+    tcase_add_test(tc, copy_from_refuses_a_wrong_count_and_null_changing_nothing);
     suite_add_tcase(s, tc);
 
     tc = tcase_checked("lifetime");
