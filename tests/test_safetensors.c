@@ -502,9 +502,47 @@ START_TEST(load_into_copies_into_existing_tensors_of_any_layout)
 }
 END_TEST
 
-/* Loading inside an open scope: the tensors a load makes and the staging
- * copy load_into writes a strided destination through belong to the call,
- * so ending the scope releases nothing twice and takes nothing from out. */
+/* A file may place a tensor at any byte offset: here int64 elements start 3
+ * bytes into an 8-aligned data section, behind 3 bool bytes 0, 1, 2. Both
+ * land whole in a transposed view and a plain tensor. */
+START_TEST(load_into_a_strided_tensor_takes_misaligned_elements_and_bool_bytes)
+{
+    char dir[DIR_CAP], path[PATH_CAP];
+    make_dir(dir);
+    snprintf(path, sizeof path, "%s/o.safetensors", dir);
+    const char *header = "{\"m\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[0,3]},"
+                         "\"w\":{\"dtype\":\"I64\",\"shape\":[2,2],\"data_offsets\":[3,35]}}";
+    char padded[256];
+    snprintf(padded, sizeof padded, "%-*s", (int)((strlen(header) + 7) / 8 * 8), header);
+    write_st(path, padded, 35);
+    unsigned char bytes[35]; /* what write_st wrote after the header */
+    for (int i = 0; i < 35; i++)
+        bytes[i] = (unsigned char)i;
+    tg_tensor *base = tg_zeros(TG_INT64, 2, SHAPE(2, 2));
+    tg_tensor *w = tg_transpose(base, 0, 1);
+    tg_tensor *m = tg_zeros(TG_BOOL, 1, SHAPE(3));
+    tg_params ps = {0};
+    ck_assert_int_eq(tg_params_add(&ps, NULL, "w", w), 0);
+    ck_assert_int_eq(tg_params_add(&ps, NULL, "m", m), 0);
+    ck_assert_int_eq(tg_safetensors_load_into(path, &ps), 0);
+    int64_t got[4];
+    ck_assert_int_eq(tg_copy_to(base, TG_INT64, got, 4), 0);
+    const int order[4] = {0, 2, 1, 3}; /* base is w transposed */
+    for (int k = 0; k < 4; k++)
+        ck_assert_uint_eq((uint64_t)got[k], le64(bytes + 3 + 8 * order[k]));
+    const unsigned char *p = tg_data_const(m);
+    ck_assert(p[0] == 0 && p[1] == 1 && p[2] == 1);
+    tg_release(base);
+    tg_release(w);
+    tg_release(m);
+    tg_params_clear(&ps);
+    remove_dir(dir);
+}
+END_TEST
+
+/* Loading inside an open scope: the tensors a load makes belong to out, not
+ * to the scope, so ending the scope releases nothing twice and takes
+ * nothing from out. */
 START_TEST(load_and_load_into_work_inside_a_scope)
 {
     char dir[DIR_CAP], path[PATH_CAP];
@@ -685,6 +723,7 @@ int main(void)
     suite_add_tcase(s, bad);
     TCase *into = tcase_checked("load_into");
     tcase_add_test(into, load_into_copies_into_existing_tensors_of_any_layout);
+    tcase_add_test(into, load_into_a_strided_tensor_takes_misaligned_elements_and_bool_bytes);
     tcase_add_test(into, load_into_is_all_or_nothing);
     tcase_add_test(into, load_and_load_into_work_inside_a_scope);
     suite_add_tcase(s, into);
