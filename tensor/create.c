@@ -113,7 +113,8 @@ int tg_copy_from(tg_tensor *t, tg_dtype dtype, const void *data, int64_t count)
         return -1;
     }
     /* data seen as a contiguous tensor of t's shape; the copy converts */
-    tg_storage s = {.refcount = 1, .data = (void *)data, .nbytes = (size_t)n * tg_dtype_size(dtype)};
+    tg_storage s = {.refcount = 1, .data = (void *)data,
+                    .nbytes = (size_t)n * tg_dtype_size(dtype)};
     tg_tensor src = {.refcount = 1, .storage = &s, .ndim = t->ndim, .dtype = dtype};
     memcpy(src.shape, t->shape, sizeof src.shape);
     tg__contiguous_strides(src.ndim, src.shape, src.stride);
