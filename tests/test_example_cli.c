@@ -12,18 +12,9 @@ enum { N_EXAMPLES = sizeof examples / sizeof examples[0] };
 static char dir[64];
 static char output[1 << 16];
 
-static void make_dir(void)
-{
-    strcpy(dir, "/tmp/tg_examples_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-}
+static void make_dir(void) { make_temp_dir(dir, sizeof dir, "tg_examples"); }
 
-static void remove_dir(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-}
+static void remove_dir(void) { remove_temp_dir(dir); }
 
 START_TEST(help_prints_usage_on_stdout_and_exits_0)
 {

@@ -50,18 +50,9 @@ static void final_loss(char out[32])
     ck_assert_int_eq(sscanf(at, "final: step %*d loss %31s", out), 1);
 }
 
-static void make_dir(void)
-{
-    strcpy(dir, "/tmp/tg_gpt_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-}
+static void make_dir(void) { make_temp_dir(dir, sizeof dir, "tg_gpt"); }
 
-static void remove_dir(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-}
+static void remove_dir(void) { remove_temp_dir(dir); }
 
 /* ---- running gpt in the background, to signal it ---- */
 

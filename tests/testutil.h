@@ -139,6 +139,21 @@ static inline int run_example_in(const char *dir, const char *name, const char *
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* A fresh directory /tmp/<prefix>_XXXXXX in dir (size bytes), for tests
+ * that run an example; remove_temp_dir deletes it with what it holds. */
+static inline void make_temp_dir(char *dir, size_t size, const char *prefix)
+{
+    snprintf(dir, size, "/tmp/%s_XXXXXX", prefix);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static inline void remove_temp_dir(const char *dir)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
 /* Tensors built value by value through tg_data, for tests of any dtype. */
 static inline int64_t shape_numel(int ndim, const int64_t *shape)
 {
