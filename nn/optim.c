@@ -1,13 +1,12 @@
 /* Optimizers (SGD, Adam, AdamW) after PyTorch 1.13: hyperparameters, state
  * and its export and import, gradient-norm clipping and the warmup + cosine
- * schedule; the element loops are in tensor/optim_kernels.c. */
+ * schedule, written on module.h's public updates as a user's optimizer is. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <tensorgrad/tensorgrad.h>
 #include <tensorgrad/module.h>
-#include "optim_kernels.h"
 
 typedef enum { KIND_SGD, KIND_ADAM, KIND_ADAMW } optim_kind;
 
@@ -30,14 +29,14 @@ struct tg_optim {
     int64_t steps;
     int n;
     slot *slots;
-    tg__optim_job *jobs; /* room for one per slot: a step's updates */
+    tg_param_update *jobs; /* room for one per slot: a step's updates */
 };
 
 /* The coefficients of one parameter's update; s->steps already counts this
  * step. */
-static tg__optim_coefs slot_coefs(const tg_optim *opt, const slot *s)
+static tg_update_coefs slot_coefs(const tg_optim *opt, const slot *s)
 {
-    tg__optim_coefs c = {.lr = opt->lr, .momentum = opt->momentum, .decay = 1};
+    tg_update_coefs c = {.lr = opt->lr, .momentum = opt->momentum, .decay = 1};
     if (opt->kind == KIND_ADAMW)
         c.decay = 1 - opt->lr * opt->weight_decay;
     else
@@ -129,7 +128,7 @@ static tg_optim *optim_new(const char *fn, optim_kind kind, const tg_params *ps,
             return NULL;
     tg_optim *opt = calloc(1, sizeof *opt);
     slot *slots = calloc((size_t)ps->count, sizeof *slots);
-    tg__optim_job *jobs = calloc((size_t)ps->count, sizeof *jobs);
+    tg_param_update *jobs = calloc((size_t)ps->count, sizeof *jobs);
     if (!opt || !slots || !jobs) {
         free(opt);
         free(slots);
@@ -241,8 +240,9 @@ static int gather_jobs(tg_optim *opt)
                      tg_dtype_name(tg_dtype_of(p)), TG_SHAPE_STRING(p));
             return -1;
         }
-        opt->jobs[i] = (tg__optim_job){.param = s->param, .grad = g, .m = s->m, .v = s->v,
-                                       .adam = opt->kind != KIND_SGD};
+        opt->jobs[i] = (tg_param_update){
+            .param = s->param, .grad = g, .m = s->m, .v = s->v,
+            .rule = opt->kind == KIND_SGD ? TG_UPDATE_SGD : TG_UPDATE_ADAM};
     }
     return 0;
 }
@@ -267,11 +267,16 @@ int tg_optim_step(tg_optim *opt)
         opt->jobs[n] = opt->jobs[i];
         opt->jobs[n++].c = slot_coefs(opt, s);
     }
-    tg__optim_update(opt->jobs, n);
-    opt->steps++;
+    int rc = tg_update_params(opt->jobs, n);
+    /* A refused update writes nothing, so the step did not happen. */
+    for (int i = 0; rc < 0 && i < opt->n; i++)
+        if (tg_grad(opt->slots[i].param))
+            opt->slots[i].steps--;
+    if (rc == 0)
+        opt->steps++;
     tg_set_grad_enabled(was);
     tg_scope_end();
-    return 0;
+    return rc;
 }
 
 void tg_optim_zero_grad(tg_optim *opt)
@@ -538,7 +543,7 @@ double tg_clip_grad_norm(const tg_params *ps, double max_norm)
     for (int i = 0; i < ps->count; i++) {
         const tg_tensor *g = tg_grad(ps->tensors[i]);
         if (g && tg_dtype_is_float(tg_dtype_of(g)))
-            sq += tg__grad_sq_sum(g);
+            sq += tg_sum_squares(g);
     }
     double norm = sqrt(sq);
     double coef = max_norm / (norm + 1e-6);
@@ -547,7 +552,7 @@ double tg_clip_grad_norm(const tg_params *ps, double max_norm)
         for (int i = 0; i < ps->count; i++) {
             tg_tensor *g = tg_grad(ps->tensors[i]);
             if (g && tg_dtype_is_float(tg_dtype_of(g)))
-                tg__grad_scale(g, coef);
+                tg_scale_in_place(g, coef);
         }
     tg_scope_end();
     return norm;

@@ -1,11 +1,14 @@
-/* The optimizers' element updates and the gradient-norm loops: PyTorch
- * 1.13's single-tensor formulas computed in the parameter's own dtype, the
- * contiguous float32 Adam(W) vectorised and shared out to the OpenMP team. */
+/* The public optimizer loops of module.h (tg_update_params, tg_sum_squares,
+ * tg_scale_in_place): PyTorch 1.13's single-tensor formulas in the parameter's
+ * own dtype, the contiguous float32 Adam(W) vectorised and shared out to the
+ * OpenMP team; every argument checked once, before the loops. */
+#include <stdio.h>
 #include <string.h>
+
+#include <tensorgrad/module.h>
 
 #include "internal.h"
 #include "fastmath.h"
-#include "optim_kernels.h"
 #include "tg_config.h"
 
 #if TG_HAVE_OPENMP
@@ -17,7 +20,7 @@
 #define TG_NUM_THREADS() 1
 #endif
 
-typedef tg__optim_coefs coefs;
+typedef tg_update_coefs coefs;
 
 /* Operands of the iterator: 0 param, 1 grad, 2 m, 3 v (element offsets).
  * Each line mirrors one PyTorch tensor op, in its order of rounding. */
@@ -98,15 +101,15 @@ static void adam_flat_f32(float *p, const float *g, float *m, float *v, int64_t 
 }
 
 /* True when job takes the flat float32 Adam(W) kernel. */
-static bool flat_adam(const tg__optim_job *job)
+static bool flat_adam(const tg_param_update *job)
 {
     const tg_tensor *p = job->param;
-    return job->adam && p->dtype == TG_FLOAT32 && tg_is_contiguous(p) &&
+    return job->rule == TG_UPDATE_ADAM && p->dtype == TG_FLOAT32 && tg_is_contiguous(p) &&
            tg_is_contiguous(job->grad);
 }
 
 /* Updates one parameter with the kernel of its kind and dtype. */
-static void update_one(const tg__optim_job *job)
+static void update_one(const tg_param_update *job)
 {
     const tg_tensor *p = job->param, *g = job->grad;
     const coefs c = job->c;
@@ -119,10 +122,10 @@ static void update_one(const tg__optim_job *job)
     tg__iter_init(&it, p->ndim, p->shape, 4, (const int64_t(*)[TG_MAX_DIMS])strides);
     if (!it.len)
         return;
-    bool f32 = p->dtype == TG_FLOAT32;
-    if (!job->adam && f32)
+    bool f32 = p->dtype == TG_FLOAT32, sgd = job->rule == TG_UPDATE_SGD;
+    if (sgd && f32)
         sgd_float(tg__ptr(p), tg__ptr(g), job->m ? tg__ptr(job->m) : NULL, &it, &c);
-    else if (!job->adam)
+    else if (sgd)
         sgd_double(tg__ptr(p), tg__ptr(g), job->m ? tg__ptr(job->m) : NULL, &it, &c);
     else if (flat_adam(job))
         adam_flat_f32(tg__ptr(p), tg__ptr(g), tg__ptr(job->m), tg__ptr(job->v),
@@ -139,7 +142,7 @@ static void update_one(const tg__optim_job *job)
  * model of many small tensors would otherwise update most of them on one
  * thread, one team start per tensor. Each element's update is its own, so
  * the result is the same on any thread count. */
-static int64_t flat_spans(const tg__optim_job *jobs, int n)
+static int64_t flat_spans(const tg_param_update *jobs, int n)
 {
     int64_t count = 0;
     for (int i = 0; i < n; i++)
@@ -148,11 +151,11 @@ static int64_t flat_spans(const tg__optim_job *jobs, int n)
     return count;
 }
 
-static void update_flat_spans(const tg__optim_job *jobs, int count, int thread, int threads)
+static void update_flat_spans(const tg_param_update *jobs, int count, int thread, int threads)
 {
     int64_t j = 0;
     for (int i = 0; i < count; i++) {
-        const tg__optim_job *job = &jobs[i];
+        const tg_param_update *job = &jobs[i];
         if (!flat_adam(job))
             continue;
         const coefs c = job->c;
@@ -166,7 +169,7 @@ static void update_flat_spans(const tg__optim_job *jobs, int count, int thread, 
     }
 }
 
-static void update_flat_together(const tg__optim_job *jobs, int n)
+static void update_flat_together(const tg_param_update *jobs, int n)
 {
     if (flat_spans(jobs, n) > 1) {
 #pragma omp parallel
@@ -176,51 +179,141 @@ static void update_flat_together(const tg__optim_job *jobs, int n)
     }
 }
 
-void tg__optim_update(const tg__optim_job *jobs, int n)
+/* ---- checks and entry points ------------------------------------------------------ */
+
+/* Checks updates[i].<what> (t) against param p: present and alive, p's
+ * dtype and shape, contiguous when it is a state (m or v). */
+static int check_operand(const tg_tensor *t, const tg_tensor *p, int i, const char *what,
+                         const void *caller)
 {
-    update_flat_together(jobs, n);
-    for (int i = 0; i < n; i++)
-        if (!flat_adam(&jobs[i]))
-            update_one(&jobs[i]);
-    for (int i = 0; i < n; i++)
-        tg__bump_version(jobs[i].param);
+    const char *fn = "tg_update_params";
+    char name[48];
+    snprintf(name, sizeof name, "updates[%d].%s", i, what);
+    if (tg_check_arg(t, true, fn, name, caller) < 0)
+        return -1;
+    if (t->dtype != p->dtype) {
+        tg__fail(TG_ERR_DTYPE, "%s: %s is %s, the param %s", fn, name, tg_dtype_name(t->dtype),
+                 tg_dtype_name(p->dtype));
+        return -1;
+    }
+    if (t->ndim != p->ndim || memcmp(t->shape, p->shape, (size_t)p->ndim * sizeof *p->shape)) {
+        tg__fail(TG_ERR_SHAPE, "%s: %s has shape %s, the param %s", fn, name, TG_SHAPE_STR(t),
+                 TG_SHAPE_STR(p));
+        return -1;
+    }
+    if (what[0] != 'g' && !tg_is_contiguous(t)) {
+        tg__fail(TG_ERR_SHAPE, "%s: %s (shape %s, strides %s) is not contiguous", fn, name,
+                 TG_SHAPE_STR(t), tg__shape_str((char[96]){0}, 96, t->ndim, t->stride));
+        return -1;
+    }
+    return 0;
 }
 
-/* The sum of squares of a gradient (any layout), accumulated in double. */
-double tg__grad_sq_sum(const tg_tensor *g)
+/* Checks update i before anything is written: what the kernels trust. */
+static int check_update(const tg_param_update *u, int i, const void *caller)
 {
+    const char *fn = "tg_update_params";
+    char name[48];
+    snprintf(name, sizeof name, "updates[%d].param", i);
+    if (tg_check_arg(u->param, true, fn, name, caller) < 0)
+        return -1;
+    const tg_tensor *p = u->param;
+    if (p->dtype != TG_FLOAT32 && p->dtype != TG_FLOAT64) {
+        tg__fail(TG_ERR_DTYPE, "%s: %s is %s; updates take float32 or float64", fn, name,
+                 tg_dtype_name(p->dtype));
+        return -1;
+    }
+    if (u->rule != TG_UPDATE_SGD && u->rule != TG_UPDATE_ADAM) {
+        tg__fail(TG_ERR_VALUE, "%s: updates[%d].rule is %d, not TG_UPDATE_SGD or "
+                 "TG_UPDATE_ADAM", fn, i, (int)u->rule);
+        return -1;
+    }
+    if (u->rule == TG_UPDATE_SGD && !u->m && u->c.momentum != 0) {
+        tg__fail(TG_ERR_VALUE, "%s: updates[%d] has momentum %g but no buffer m", fn, i,
+                 u->c.momentum);
+        return -1;
+    }
+    if (check_operand(u->grad, p, i, "grad", caller) < 0)
+        return -1;
+    if ((u->rule == TG_UPDATE_ADAM || u->m) && check_operand(u->m, p, i, "m", caller) < 0)
+        return -1;
+    if (u->rule == TG_UPDATE_ADAM && check_operand(u->v, p, i, "v", caller) < 0)
+        return -1;
+    return 0;
+}
+
+int tg_update_params(const tg_param_update *updates, int n)
+{
+    const void *caller = TG__CALLER;
+    if (tg_check_arg(updates, false, __func__, "updates", caller) < 0)
+        return -1;
+    if (n < 0) {
+        tg__fail(TG_ERR_VALUE, "%s: n is %d; need n >= 0", __func__, n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (check_update(&updates[i], i, caller) < 0)
+            return -1;
+    update_flat_together(updates, n);
+    for (int i = 0; i < n; i++)
+        if (!flat_adam(&updates[i]))
+            update_one(&updates[i]);
+    for (int i = 0; i < n; i++)
+        tg__bump_version(updates[i].param);
+    return 0;
+}
+
+/* A float tensor argument of fn: present, alive, float32 or float64. */
+static int check_float(const tg_tensor *t, const char *fn, const void *caller)
+{
+    if (tg_check_arg(t, true, fn, "t", caller) < 0)
+        return -1;
+    if (t->dtype != TG_FLOAT32 && t->dtype != TG_FLOAT64) {
+        tg__fail(TG_ERR_DTYPE, "%s: t is %s %s; need float32 or float64", fn,
+                 tg_dtype_name(t->dtype), TG_SHAPE_STR(t));
+        return -1;
+    }
+    return 0;
+}
+
+double tg_sum_squares(const tg_tensor *t)
+{
+    if (check_float(t, __func__, TG__CALLER) < 0)
+        return -1;
     tg__iter it;
-    tg__iter_init(&it, g->ndim, g->shape, 1, (const int64_t(*)[TG_MAX_DIMS])&g->stride);
+    tg__iter_init(&it, t->ndim, t->shape, 1, (const int64_t(*)[TG_MAX_DIMS])&t->stride);
     double acc = 0;
     if (!it.len)
         return 0;
     do {
         for (int64_t j = 0; j < it.len; j++) {
             int64_t k = it.off[0] + j * it.inner[0];
-            double x = g->dtype == TG_FLOAT32 ? ((const float *)tg__ptr(g))[k]
-                                              : ((const double *)tg__ptr(g))[k];
+            double x = t->dtype == TG_FLOAT32 ? ((const float *)tg__ptr(t))[k]
+                                              : ((const double *)tg__ptr(t))[k];
             acc += x * x;
         }
     } while (tg__iter_next(&it));
     return acc;
 }
 
-/* g *= coef in place, rounding coef to g's dtype like PyTorch's mul_. */
-void tg__grad_scale(tg_tensor *g, double coef)
+int tg_scale_in_place(tg_tensor *t, double coef)
 {
+    if (check_float(t, __func__, TG__CALLER) < 0)
+        return -1;
     tg__iter it;
-    tg__iter_init(&it, g->ndim, g->shape, 1, (const int64_t(*)[TG_MAX_DIMS])&g->stride);
+    tg__iter_init(&it, t->ndim, t->shape, 1, (const int64_t(*)[TG_MAX_DIMS])&t->stride);
     if (!it.len)
-        return;
+        return 0;
     float cf = (float)coef;
-    tg__bump_version(g);
+    tg__bump_version(t);
     do {
         for (int64_t j = 0; j < it.len; j++) {
             int64_t k = it.off[0] + j * it.inner[0];
-            if (g->dtype == TG_FLOAT32)
-                ((float *)tg__ptr(g))[k] *= cf;
+            if (t->dtype == TG_FLOAT32)
+                ((float *)tg__ptr(t))[k] *= cf;
             else
-                ((double *)tg__ptr(g))[k] *= coef;
+                ((double *)tg__ptr(t))[k] *= coef;
         }
     } while (tg__iter_next(&it));
+    return 0;
 }

@@ -99,6 +99,96 @@ TG_API const char *tg_shape_string(char *buf, size_t size, int ndim, const int64
  * NULL passes; a released tensor gives NULL and TG_ERR_STATE. */
 TG_API tg_tensor *tg_scope_adopt(tg_tensor *t);
 
+/* ---- writing your own optimizer ------------------------------------------------
+ * The loops behind tg_optim_step and tg_clip_grad_norm (nn/optim.c uses
+ * these and nothing else). An optimizer keeps its own state tensors and, each
+ * step, describes every parameter's update with a tg_param_update; one call of
+ * tg_update_params then updates them all, as PyTorch's fused multi-tensor
+ * updates do. An AdamW step by hand, at step t (counted from 1):
+ *
+ *   tg_param_update u = {.param = p, .grad = tg_grad(p), .m = exp_avg,
+ *                        .v = exp_avg_sq, .rule = TG_UPDATE_ADAM};
+ *   u.c = (tg_update_coefs){.decay = 1 - lr * wd, .beta1 = b1, .beta2 = b2,
+ *                           .eps = eps, .step_size = lr / (1 - pow(b1, t)),
+ *                           .bc2_sqrt = sqrt(1 - pow(b2, t))};
+ *   if (tg_update_params(&u, 1) < 0) ... tg_error_message() says why
+ *
+ * exp_avg and exp_avg_sq start as zeros of p's shape and dtype (tg_zeros);
+ * tg_grad's reference belongs to the open scope. With many parameters, pass
+ * them all in one call: the float32 ones then share one parallel loop. */
+
+/* Which formula a tg_param_update applies. */
+typedef enum {
+    TG_UPDATE_SGD,  /* torch.optim.SGD (no dampening, no Nesterov) */
+    TG_UPDATE_ADAM, /* torch.optim.Adam, or AdamW when decay != 1 */
+} tg_update_rule;
+
+/* The numbers of one parameter's update, in double. Each is rounded to the
+ * parameter's dtype before use, as PyTorch rounds Python scalars, and the
+ * formulas run in PyTorch 1.13's order (torch.optim, foreach=False). With
+ * g the gradient and p the parameter:
+ *   SGD:  g += l2 * p; m = first ? g : m * momentum + g (when m is given);
+ *         p -= lr * (m or g)
+ *   Adam: p *= decay; g += l2 * p; m = m * beta1 + (1 - beta1) * g;
+ *         v = v * beta2 + (1 - beta2) * g * g;
+ *         p -= step_size * m / (sqrt(v) / bc2_sqrt + eps)
+ * A rule ignores the other's fields; Adam needs decay = 1 for no decay. */
+typedef struct {
+    double l2;        /* weight decay added to the gradient (SGD, Adam); 0 for none */
+    double decay;     /* Adam: multiplied into p first; AdamW's 1 - lr * wd, else 1 */
+    double lr;        /* SGD: the learning rate */
+    double momentum;  /* SGD: the momentum buffer's decay (used only with m) */
+    bool first;       /* SGD: this is the parameter's first step, m starts as g */
+    double beta1;     /* Adam: the first moment's decay */
+    double beta2;     /* Adam: the second moment's decay */
+    double bc2_sqrt;  /* Adam: sqrt(1 - beta2^t), t the parameter's step from 1 */
+    double eps;       /* Adam: added to the denominator */
+    double step_size; /* Adam: lr / (1 - beta1^t) */
+} tg_update_coefs;
+
+/* One parameter's update. All tensors are borrowed.
+ *   param  float32 or float64, any shape and layout (a view updates the
+ *          storage it sees).
+ *   grad   param's shape and dtype, any layout.
+ *   m      contiguous, param's shape and dtype: exp_avg (Adam, required) or
+ *          the momentum buffer (SGD; NULL for none, then momentum must be 0).
+ *   v      contiguous, param's shape and dtype: exp_avg_sq (Adam, required;
+ *          ignored by SGD).
+ * param, m and v are written; no two updates of one call may write the same
+ * memory. */
+typedef struct {
+    tg_tensor *param;
+    const tg_tensor *grad;
+    tg_tensor *m, *v;
+    tg_update_rule rule;
+    tg_update_coefs c;
+} tg_param_update;
+
+/* Applies the n updates of updates[0..n-1] in place: every contiguous
+ * float32 Adam(W) parameter in one parallel loop, then the others one by
+ * one. Then bumps each parameter's version, so a graph that read one refuses
+ * to backpropagate. Any thread count gives the same bits. Runs no graph:
+ * grad mode does not matter. Every update is checked before anything is
+ * written: returns 0, or -1 with nothing changed and TG_ERR_NULL (updates,
+ * a param or grad, or a required m / v NULL), TG_ERR_VALUE (n < 0, an
+ * unknown rule, momentum without m), TG_ERR_STATE (a tensor already
+ * released), TG_ERR_DTYPE (param not float, grad / m / v of another dtype)
+ * or TG_ERR_SHAPE (grad / m / v of another shape, m / v not contiguous);
+ * the message names the update: "tg_update_params: updates[2].grad is ...". */
+TG_API int tg_update_params(const tg_param_update *updates, int n);
+
+/* The sum of the squares of t's elements (float32 or float64, any layout),
+ * accumulated in double, in t's logical order; 0 for an empty tensor. The
+ * squared norm tg_clip_grad_norm adds up. Returns -1 with TG_ERR_NULL,
+ * TG_ERR_STATE (released) or TG_ERR_DTYPE (not float). */
+TG_API double tg_sum_squares(const tg_tensor *t);
+
+/* t *= coef in place, any layout (a view scales the storage it sees), with
+ * coef rounded to t's dtype first, as PyTorch's mul_ does. Bumps t's
+ * version, so a graph that read t refuses to backpropagate. Returns 0, or -1
+ * with TG_ERR_NULL, TG_ERR_STATE (released) or TG_ERR_DTYPE (not float). */
+TG_API int tg_scale_in_place(tg_tensor *t, double coef);
+
 #ifdef __cplusplus
 }
 #endif
