@@ -1,6 +1,6 @@
-/* tensorgrad module: what a module writer needs beyond the ops. The
- * library's own modules (nn.h) are written with this header and the public
- * ones alone, so yours can do all that they do.
+/* tensorgrad module: what a module or optimizer writer needs beyond the
+ * ops. The library's own modules and optimizers (nn.h) are written with this
+ * header and the public ones alone, so yours can do all that they do.
  *
  * Writing your own module
  * -----------------------

@@ -294,7 +294,9 @@ TG_API void tg_gpt_free(tg_gpt *m);
  * The constructors return NULL with TG_ERR_NULL for a NULL ps, TG_ERR_VALUE
  * for an empty list, a tensor listed twice, or a hyperparameter out of
  * PyTorch's range (lr, eps, weight_decay, momentum >= 0; 0 <= betas < 1),
- * TG_ERR_DTYPE for a non-float parameter, TG_ERR_STATE for a non-leaf. */
+ * TG_ERR_DTYPE for a non-float parameter, TG_ERR_STATE for a non-leaf.
+ * They are written on module.h's tg_update_params, tg_sum_squares and
+ * tg_scale_in_place, which an optimizer of your own can use too. */
 
 typedef struct tg_optim tg_optim;
 /* SGD with momentum (dampening 0, nesterov off) and L2 weight decay:
