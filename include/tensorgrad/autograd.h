@@ -115,6 +115,9 @@ typedef enum {
     TG_GELU_TANH, /* GPT-2's tanh approximation, approximate='tanh' */
 } tg_gelu_kind;
 TG_API tg_tensor *tg_gelu(const tg_tensor *x, tg_gelu_kind kind);
+/* SiLU (swish): x * sigmoid(x), torch.nn.functional.silu. Finite for every
+ * finite x (x = -1e4 gives -0, x = 1e4 gives 1e4), and so is its gradient. */
+TG_API tg_tensor *tg_silu(const tg_tensor *x);
 /* A copy of x as dtype. Between float dtypes it is differentiable; any other
  * conversion (to or from int64 and bool) gives a tensor without a graph. */
 TG_API tg_tensor *tg_to_dtype(const tg_tensor *x, tg_dtype dtype);
@@ -155,6 +158,22 @@ TG_API tg_tensor *tg_gelu_affine(const tg_tensor *h, tg_gelu_kind kind, const tg
 TG_API tg_tensor *tg_layer_norm_affine(const tg_tensor *x, const tg_tensor *ln_weight,
                                        const tg_tensor *ln_bias, double eps,
                                        const tg_tensor *weight, const tg_tensor *bias);
+
+/* tg_affine(tg_rms_norm(x, norm_weight, eps), weight, bias) as one op that
+ * keeps only x for backward and normalises it again there, as
+ * tg_layer_norm_affine does: x [..., in], norm_weight [in] or NULL, weight
+ * [out, in], bias [out] or NULL -> [..., out]. Errors are those of
+ * tg_rms_norm and tg_affine, named tg_rms_norm_affine. (autograd/op_rms_norm.c) */
+TG_API tg_tensor *tg_rms_norm_affine(const tg_tensor *x, const tg_tensor *norm_weight, double eps,
+                                     const tg_tensor *weight, const tg_tensor *bias);
+/* tg_affine(tg_swiglu(gate, up), weight, bias) as one op that keeps only
+ * gate and up for backward and makes silu(gate) * up again there, as
+ * tg_gelu_affine does: an MLP's widest activation is not held between
+ * forward and backward. gate, up [..., hidden] (the same shape), weight
+ * [out, hidden], bias [out] or NULL -> [..., out]. Errors are those of
+ * tg_swiglu and tg_affine, named tg_swiglu_affine. (autograd/op_swiglu.c) */
+TG_API tg_tensor *tg_swiglu_affine(const tg_tensor *gate, const tg_tensor *up,
+                                   const tg_tensor *weight, const tg_tensor *bias);
 
 /* ---- views and joins (autograd/op_shape.c) ----------------------------------- */
 /* Views share x's storage; their gradient lands in the matching elements of x. */
@@ -203,6 +222,23 @@ TG_API tg_tensor *tg_dropout(const tg_tensor *x, double p, bool train, tg_rng *r
  * backward (autograd/op_layer_norm.c). */
 TG_API tg_tensor *tg_layer_norm(const tg_tensor *x, int norm_ndim, const tg_tensor *weight,
                                 const tg_tensor *bias, double eps);
+
+/* RMSNorm over the last dim, as Hugging Face's LlamaRMSNorm and
+ * torch.nn.functional.rms_norm: x [..., D] -> [..., D],
+ *   y = x / sqrt(mean(x^2 over the last dim) + eps) * weight,
+ * weight [D] or NULL (no scale). Fused forward and backward; the rows'
+ * sums run in double. Errors: x not float or 0-dim (TG_ERR_DTYPE,
+ * TG_ERR_SHAPE), eps not positive and finite (TG_ERR_VALUE), weight of
+ * another dtype (TG_ERR_DTYPE) or not [D] (TG_ERR_SHAPE).
+ * (autograd/op_rms_norm.c) */
+TG_API tg_tensor *tg_rms_norm(const tg_tensor *x, const tg_tensor *weight, double eps);
+
+/* SwiGLU's product silu(gate) * up, elementwise: gate and up must have the
+ * same shape and float dtype (no broadcasting; TG_ERR_SHAPE, TG_ERR_DTYPE
+ * otherwise), any layout. The result is gate's shape. Used as
+ * down(silu(gate(x)) * up(x)) in a Llama MLP; tg_swiglu_affine fuses the
+ * down projection in. (autograd/op_swiglu.c) */
+TG_API tg_tensor *tg_swiglu(const tg_tensor *gate, const tg_tensor *up);
 
 /* Rows of weight [num, dim] picked by int64 indices of any shape: the result
  * is indices.shape + [dim]. An index outside [0, num) is TG_ERR_INDEX. */
