@@ -434,7 +434,7 @@ START_TEST(greedy_with_kv_cache_equals_full_recomputation_past_block_size)
     tg_gpt *m = generation_model(TG_FLOAT64);
     const int64_t prompt[] = {3, 7, 1};
     int64_t fast[3 + 14], slow[3 + 14];
-    tg_sample_options o = {.greedy = true};
+    tg_sample_options o = {.greedy = true, .slide = true};
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 3, 14, &o, NULL, fast), 0);
     slow_greedy(m, prompt, 3, 14, slow);
     for (int i = 0; i < 17; i++)
@@ -468,7 +468,7 @@ START_TEST(greedy_generation_in_float32_matches_full_recomputation)
     tg_gpt *m = generation_model(TG_FLOAT32);
     const int64_t prompt[] = {0};
     int64_t fast[1 + 10], slow[1 + 10];
-    tg_sample_options o = {.greedy = true};
+    tg_sample_options o = {.greedy = true, .slide = true};
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 1, 10, &o, NULL, fast), 0);
     slow_greedy(m, prompt, 1, 10, slow);
     for (int i = 0; i < 11; i++)
@@ -495,7 +495,7 @@ START_TEST(generate_each_reports_each_new_token_in_order_and_can_stop)
     tg_gpt *m = generation_model(TG_FLOAT32);
     const int64_t prompt[] = {3, 7, 1};
     int64_t plain[3 + 12], streamed[3 + 12] = {0};
-    tg_sample_options o = {.greedy = true};
+    tg_sample_options o = {.greedy = true, .slide = true};
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 3, 12, &o, NULL, plain), 0);
     token_log log = {.stop_after = 100};
     ck_assert_int_eq(tg_gpt_generate_each(m, prompt, 3, 12, &o, NULL, streamed, log_token, &log),
@@ -545,7 +545,7 @@ static void check_sampling(double temperature, int64_t top_k)
     const int64_t prompt[] = {2, 5};
     enum { NEW = 12 };
     int64_t got[2 + NEW], want[2 + NEW];
-    tg_sample_options o = {temperature, top_k, false};
+    tg_sample_options o = {.temperature = temperature, .top_k = top_k, .slide = true};
     tg_rng *rng = tg_rng_new(99), *ref = tg_rng_new(99);
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 2, NEW, &o, rng, got), 0);
     memcpy(want, prompt, sizeof prompt);
@@ -580,7 +580,7 @@ START_TEST(top_k_one_equals_greedy)
     tg_gpt *m = generation_model(TG_FLOAT64);
     const int64_t prompt[] = {4};
     int64_t greedy[1 + 9], top1[1 + 9];
-    tg_sample_options g = {.greedy = true}, k1 = {2.0, 1, false};
+    tg_sample_options g = {.greedy = true, .slide = true}, k1 = {.temperature = 2.0, .top_k = 1, .slide = true};
     tg_rng *rng = tg_rng_new(6);
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 1, 9, &g, NULL, greedy), 0);
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 1, 9, &k1, rng, top1), 0);
@@ -595,7 +595,7 @@ START_TEST(generate_of_zero_tokens_copies_the_prompt_and_leaves_grad_mode)
     tg_gpt *m = generation_model(TG_FLOAT32);
     const int64_t prompt[] = {1, 2, 3};
     int64_t out[3] = {0};
-    tg_sample_options o = {.greedy = true};
+    tg_sample_options o = {.greedy = true, .slide = true};
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 3, 0, &o, NULL, out), 0);
     ck_assert_int_eq(memcmp(out, prompt, sizeof out), 0);
     int64_t more[5];
@@ -612,7 +612,7 @@ START_TEST(generate_inside_an_open_scope_leaves_it_as_it_was)
     tg_gpt *m = generation_model(TG_FLOAT32);
     const int64_t prompt[] = {3, 7, 1};
     int64_t inside[3 + 12], outside[3 + 12];
-    tg_sample_options o = {.greedy = true};
+    tg_sample_options o = {.greedy = true, .slide = true};
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 3, 12, &o, NULL, outside), 0);
     int64_t live = tg_live_tensors();
     tg_scope_begin();
@@ -633,7 +633,7 @@ START_TEST(generate_rejects_bad_arguments)
     const int64_t prompt[] = {1, 2}, bad[] = {1, 13};
     int64_t out[8];
     tg_rng *rng = tg_rng_new(1);
-    tg_sample_options g = {.greedy = true}, s = {1.0, 0, false};
+    tg_sample_options g = {.greedy = true}, s = {.temperature = 1.0};
     ck_assert_int_eq(tg_gpt_generate(NULL, prompt, 2, 1, &g, NULL, out), -1);
     ck_assert_error(TG_ERR_NULL, "tg_gpt_generate", "m");
     ck_assert_int_eq(tg_gpt_generate(m, NULL, 2, 1, &g, NULL, out), -1);
