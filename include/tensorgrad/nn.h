@@ -262,16 +262,34 @@ TG_API void tg_gpt_set_train(tg_gpt *m, bool train);
  * tg_rng_state_tensor, to resume a run bit for bit. */
 TG_API tg_rng *tg_gpt_rng(const tg_gpt *m);
 
+/* How generation picks each token. Zeroed options are not usable as they
+ * are (temperature 0 is refused unless greedy); {.temperature = 1} draws
+ * from the model's distribution and refuses to run past the context. */
 typedef struct {
     double temperature; /* > 0; logits are divided by it */
-    int64_t top_k;      /* keep the k most likely tokens; 0 keeps all */
-    bool greedy;        /* take the most likely token (ignores temperature, top_k) */
+    int64_t top_k;      /* keep the k most likely tokens (ties with the k-th too); 0 keeps all */
+    bool greedy;        /* take the most likely token (ignores temperature, top_k, top_p) */
+    /* Nucleus sampling, applied after temperature and top_k as Hugging Face
+     * does: keep the smallest set of most likely tokens whose probabilities
+     * sum to >= top_p (always at least the most likely one). 0 or 1 keeps
+     * all; outside [0, 1] or NaN is TG_ERR_VALUE. */
+    double top_p;
+    /* When prompt_len + n > block_size: true slides the context window (the
+     * model sees the last block_size tokens); false refuses the call up
+     * front with TG_ERR_VALUE, before any token is made. */
+    bool slide;
 } tg_sample_options;
 
 /* Appends n tokens to prompt[0..prompt_len) (each in [0, vocab)), writing
- * prompt_len + n tokens to out. Uses a KV cache, so each new token costs one
- * position; past block_size tokens the context slides. rng may be NULL when
- * greedy. 0, or -1 on error. */
+ * prompt_len + n tokens to out. Uses a KV cache (tg_gpt_kv_cache_bytes), so
+ * each new token costs one position; past block_size tokens the context
+ * slides when opts->slide is set, and the cache is refilled from the
+ * window's last block_size tokens each time it moves. rng may be NULL when
+ * greedy. 0, or -1 on error: NULL m, prompt, opts or out (TG_ERR_NULL),
+ * prompt_len < 1 or n < 0, top_k < 0, top_p outside [0, 1], a temperature
+ * that is not positive unless greedy, or prompt_len + n > block_size
+ * without slide (TG_ERR_VALUE), a prompt token outside [0, vocab)
+ * (TG_ERR_INDEX), no rng unless greedy (TG_ERR_NULL). */
 TG_API int tg_gpt_generate(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
                            const tg_sample_options *opts, tg_rng *rng, int64_t *out);
 /* tg_gpt_generate that hands each new token to on_token(token, ctx) as soon
@@ -282,6 +300,11 @@ TG_API int tg_gpt_generate(tg_gpt *m, const int64_t *prompt, int64_t prompt_len,
 TG_API int tg_gpt_generate_each(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
                                 const tg_sample_options *opts, tg_rng *rng, int64_t *out,
                                 int (*on_token)(int64_t token, void *ctx), void *ctx);
+/* The bytes of the KV cache generation allocates (and frees on return):
+ * n_layer * 2 (keys, values) * n_head * block_size * head_dim * the
+ * model's dtype size, whatever prompt_len and n are. -1 with TG_ERR_NULL
+ * for NULL m (TG_ERR_VALUE if the count would overflow int64). */
+TG_API int64_t tg_gpt_kv_cache_bytes(const tg_gpt *m);
 TG_API void tg_gpt_free(tg_gpt *m);
 
 /* ---- optimizers (nn/optim.c) ------------------------------------------------- */
