@@ -8,7 +8,7 @@
 #include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
-#include "generate.h"
+#include "lm.h"
 
 /* One transformer block; Linear weights are [out, in]. */
 typedef struct {
@@ -395,50 +395,6 @@ static tg_tensor *lm_head(const tg_gpt *m, const tg_tensor *x)
     return tg_affine(x, m->wte->weight, NULL);
 }
 
-/* idx: int64 [B, T] with 1 <= T <= block_size and tokens in [0, vocab). */
-static int check_idx(const tg_gpt *m, const tg_tensor *idx)
-{
-    if (tg_dtype_of(idx) != TG_INT64) {
-        tg_fail(TG_ERR_DTYPE, "tg_gpt_forward: idx dtype %s is not int64",
-                tg_dtype_name(tg_dtype_of(idx)));
-        return -1;
-    }
-    if (tg_ndim(idx) != 2 || tg_shape(idx)[1] < 1 || tg_shape(idx)[1] > m->config.block_size) {
-        tg_fail(TG_ERR_SHAPE, "tg_gpt_forward: idx %s is not [B, T] with 1 <= T <= "
-                "block_size %lld", TG_SHAPE_STRING(idx), (long long)m->config.block_size);
-        return -1;
-    }
-    tg_scope_begin(); /* holds the contiguous copy */
-    tg_tensor *c = tg_contiguous(idx);
-    const int64_t *p = tg_data_const(c);
-    int rc = p ? 0 : -1;
-    for (int64_t i = 0; p && i < tg_numel(c) && rc == 0; i++)
-        if (p[i] < 0 || p[i] >= m->config.vocab_size) {
-            tg_fail(TG_ERR_INDEX, "tg_gpt_forward: token %lld at flat position %lld is "
-                    "outside [0, vocab_size %lld)", (long long)p[i], (long long)i,
-                     (long long)m->config.vocab_size);
-            rc = -1;
-        }
-    tg_scope_end();
-    return rc;
-}
-
-static int check_targets(const tg_tensor *idx, const tg_tensor *targets)
-{
-    if (tg_dtype_of(targets) != TG_INT64) {
-        tg_fail(TG_ERR_DTYPE, "tg_gpt_forward: targets dtype %s is not int64",
-                tg_dtype_name(tg_dtype_of(targets)));
-        return -1;
-    }
-    if (tg_ndim(targets) != 2 || tg_shape(targets)[0] != tg_shape(idx)[0] ||
-        tg_shape(targets)[1] != tg_shape(idx)[1]) {
-        tg_fail(TG_ERR_SHAPE, "tg_gpt_forward: targets %s do not match idx %s",
-                TG_SHAPE_STRING(targets), TG_SHAPE_STRING(idx));
-        return -1;
-    }
-    return 0;
-}
-
 tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor *targets,
                           tg_tensor **loss)
 {
@@ -447,7 +403,9 @@ tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor
     TG_CHECK_ARG(m);
     TG_CHECK_ARG(idx);
     bool want_loss = targets && loss;
-    if (check_idx(m, idx) < 0 || (want_loss && check_targets(idx, targets) < 0))
+    if (tg__check_idx(__func__, idx, m->config.vocab_size, m->config.block_size,
+                      m->config.block_size) < 0 ||
+        (want_loss && tg__check_targets(__func__, idx, targets) < 0))
         return NULL;
     int64_t B = tg_shape(idx)[0], T = tg_shape(idx)[1], V = m->config.vocab_size;
     double p = m->train ? m->config.dropout : 0;

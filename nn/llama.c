@@ -8,7 +8,7 @@
 #include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
-#include "generate.h"
+#include "lm.h"
 
 /* One decoder layer; projection weights are [out, in]. */
 typedef struct {
@@ -411,50 +411,6 @@ static tg_tensor *logits_of(const tg_llama *m, const tg_tensor *idx, tg_llama_ca
                               NULL);
 }
 
-/* idx: int64 [B, T] with 1 <= T <= room and tokens in [0, vocab). */
-static int check_idx(const tg_llama *m, const tg_tensor *idx, const char *fn, int64_t room)
-{
-    if (tg_dtype_of(idx) != TG_INT64) {
-        tg_fail(TG_ERR_DTYPE, "%s: idx dtype %s is not int64", fn,
-                tg_dtype_name(tg_dtype_of(idx)));
-        return -1;
-    }
-    if (tg_ndim(idx) != 2 || tg_shape(idx)[1] < 1 || tg_shape(idx)[1] > room) {
-        tg_fail(TG_ERR_SHAPE, "%s: idx %s is not [B, T] with 1 <= T <= %lld (block_size %lld)",
-                fn, TG_SHAPE_STRING(idx), (long long)room, (long long)m->config.block_size);
-        return -1;
-    }
-    tg_scope_begin(); /* holds the contiguous copy */
-    tg_tensor *c = tg_contiguous(idx);
-    const int64_t *p = tg_data_const(c);
-    int rc = p ? 0 : -1;
-    for (int64_t i = 0; p && i < tg_numel(c) && rc == 0; i++)
-        if (p[i] < 0 || p[i] >= m->config.vocab_size) {
-            tg_fail(TG_ERR_INDEX, "%s: token %lld at flat position %lld is outside "
-                    "[0, vocab_size %lld)", fn, (long long)p[i], (long long)i,
-                    (long long)m->config.vocab_size);
-            rc = -1;
-        }
-    tg_scope_end();
-    return rc;
-}
-
-static int check_targets(const tg_tensor *idx, const tg_tensor *targets)
-{
-    if (tg_dtype_of(targets) != TG_INT64) {
-        tg_fail(TG_ERR_DTYPE, "tg_llama_forward: targets dtype %s is not int64",
-                tg_dtype_name(tg_dtype_of(targets)));
-        return -1;
-    }
-    if (tg_ndim(targets) != 2 || tg_shape(targets)[0] != tg_shape(idx)[0] ||
-        tg_shape(targets)[1] != tg_shape(idx)[1]) {
-        tg_fail(TG_ERR_SHAPE, "tg_llama_forward: targets %s do not match idx %s",
-                TG_SHAPE_STRING(targets), TG_SHAPE_STRING(idx));
-        return -1;
-    }
-    return 0;
-}
-
 tg_tensor *tg_llama_forward(const tg_llama *m, const tg_tensor *idx, const tg_tensor *targets,
                             tg_tensor **loss)
 {
@@ -463,8 +419,9 @@ tg_tensor *tg_llama_forward(const tg_llama *m, const tg_tensor *idx, const tg_te
     TG_CHECK_ARG(m);
     TG_CHECK_ARG(idx);
     bool want_loss = targets && loss;
-    if (check_idx(m, idx, __func__, m->config.block_size) < 0 ||
-        (want_loss && check_targets(idx, targets) < 0))
+    int64_t block = m->config.block_size;
+    if (tg__check_idx(__func__, idx, m->config.vocab_size, block, block) < 0 ||
+        (want_loss && tg__check_targets(__func__, idx, targets) < 0))
         return NULL;
     int64_t B = tg_shape(idx)[0], T = tg_shape(idx)[1], V = m->config.vocab_size;
     tg_scope_begin();
@@ -505,7 +462,8 @@ tg_tensor *tg_llama_forward_cached(const tg_llama *m, tg_llama_cache *c, const t
     if (c->model != m)
         return tg_fail(TG_ERR_VALUE, "tg_llama_forward_cached: the cache was made for "
                        "another model");
-    if (check_idx(m, idx, __func__, m->config.block_size - c->len) < 0)
+    int64_t block = m->config.block_size;
+    if (tg__check_idx(__func__, idx, m->config.vocab_size, block - c->len, block) < 0)
         return NULL;
     if (tg_shape(idx)[0] != 1)
         return tg_fail(TG_ERR_SHAPE, "tg_llama_forward_cached: idx %s is not one sequence "

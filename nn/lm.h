@@ -1,12 +1,21 @@
-/* The generation loop shared by the language models: the request's checks,
- * the context window that slides past block_size, a cache that runs each
- * new token as one position, and the token choice of sample.h. Internal. */
-#ifndef TG_NN_GENERATE_H
-#define TG_NN_GENERATE_H
+/* What the language models (gpt.c, llama.c) share: the checks of a token
+ * batch, and the generation loop (the request's checks, the context window
+ * that slides past block_size, a cache that runs each new token as one
+ * position, the token choice of sample.h). Internal. */
+#ifndef TG_NN_LM_H
+#define TG_NN_LM_H
 
 #include <stdint.h>
 
 #include <tensorgrad/nn.h>
+
+/* idx int64 [B, T] with 1 <= T <= max_len (block_size, or less when a
+ * cache holds positions already) and tokens in [0, vocab_size); fn is named
+ * in the message. 0, or -1 with the error recorded. */
+int tg__check_idx(const char *fn, const tg_tensor *idx, int64_t vocab_size, int64_t max_len,
+                  int64_t block_size);
+/* targets int64 [B, T] like idx. 0, or -1 with the error recorded. */
+int tg__check_targets(const char *fn, const tg_tensor *idx, const tg_tensor *targets);
 
 /* A model as the loop sees it. step runs tokens[0..T) at positions
  * pos0..pos0+T-1, the model's cache holding the window's positions below
