@@ -113,7 +113,12 @@ TG_API tg_tensor *tg_dropout_module_forward(const tg_dropout_module *m, const tg
  * not allowed, or float, added to the scores. is_causal masks key j > query
  * i (with mask NULL). scale <= 0 means 1/sqrt(E). A query whose every key is
  * masked gets zero weights, not NaN. When weights is not NULL it receives the
- * attention weights [..., L, S] (after dropout). dropout_p needs rng. */
+ * attention weights [..., L, S] (after dropout). dropout_p needs rng.
+ * Grouped-query attention as tg_attention (autograd.h): q [B, H, L, E] with
+ * k [B, Hkv, S, E] and v [B, Hkv, S, Ev], Hkv < H dividing H, query head h
+ * reading kv head h / (H / Hkv) (Hkv = 1: multi-query); in place through
+ * the fused op, repeated only when weights are asked for. Other head counts
+ * below q's give TG_ERR_SHAPE naming them. */
 TG_API tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_tensor *k,
                                                   const tg_tensor *v, const tg_tensor *mask,
                                                   double dropout_p, bool is_causal, double scale,
