@@ -83,6 +83,22 @@ TG_API int tg_layer_norm_module_params(const tg_layer_norm_module *m, const char
                                        tg_params *ps);
 TG_API void tg_layer_norm_module_free(tg_layer_norm_module *m);
 
+/* RMSNorm over the last dim (torch.nn.RMSNorm, Hugging Face's
+ * LlamaRMSNorm): parameter "weight" [dim], ones. */
+typedef struct {
+    int64_t dim;
+    double eps;
+    tg_tensor *weight; /* [dim], ones */
+} tg_rms_norm_module;
+/* dim < 1, or eps not positive and finite: TG_ERR_VALUE; dtype not float:
+ * TG_ERR_DTYPE. Draws nothing. */
+TG_API tg_rms_norm_module *tg_rms_norm_module_new(int64_t dim, double eps, tg_dtype dtype);
+/* x [..., dim] -> the same shape, tg_rms_norm(x, weight, eps) */
+TG_API tg_tensor *tg_rms_norm_module_forward(const tg_rms_norm_module *m, const tg_tensor *x);
+TG_API int tg_rms_norm_module_params(const tg_rms_norm_module *m, const char *prefix,
+                                     tg_params *ps);
+TG_API void tg_rms_norm_module_free(tg_rms_norm_module *m);
+
 typedef struct {
     int64_t num_embeddings, embedding_dim;
     tg_tensor *weight; /* [num, dim], N(0, 1) */
