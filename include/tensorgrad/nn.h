@@ -380,7 +380,8 @@ TG_API int tg_llama_params(const tg_llama *m, tg_params *ps);
  * model only. NULL on error (TG_ERR_NULL, TG_ERR_NOMEM). */
 typedef struct tg_llama_cache tg_llama_cache;
 TG_API tg_llama_cache *tg_llama_cache_new(const tg_llama *m);
-/* Positions the cache holds (the next token's position). */
+/* Positions the cache holds (the next token's position); -1 with
+ * TG_ERR_NULL when c is NULL. */
 TG_API int64_t tg_llama_cache_len(const tg_llama_cache *c);
 /* Forgets every position (keeps the memory). NULL: no-op. */
 TG_API void tg_llama_cache_reset(tg_llama_cache *c);
@@ -396,7 +397,7 @@ TG_API tg_tensor *tg_llama_forward_cached(const tg_llama *m, tg_llama_cache *c,
                                           const tg_tensor *idx);
 /* The bytes of the KV cache generation allocates (tg_llama_cache_new):
  * 2 * n_layer * n_kv_head * block_size * head_dim * the dtype's size.
- * -1 when m is NULL. */
+ * -1 with TG_ERR_NULL when m is NULL. */
 TG_API int64_t tg_llama_kv_cache_bytes(const tg_llama *m);
 
 /* As tg_gpt_generate: appends n tokens to prompt[0..prompt_len) into out
