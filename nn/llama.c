@@ -381,12 +381,13 @@ static tg_tensor *attention(const tg_llama *m, const llama_layer *L, const tg_te
             return NULL;
     }
     /* query head i reads kv head i / (H / Hkv) in place */
-    tg_tensor *y = tg_attention(q, k, v, mask, !mask && pos0 == 0, 0, 0, NULL); /* [B, H, T, hd] */
+    tg_tensor *y = tg_attention(q, k, v, mask, !mask && pos0 == 0, 0, 0, NULL); /* [B,H,T,hd] */
     y = tg_reshape(tg_transpose(y, 1, 2), 3, (int64_t[]){B, T, c->n_embd});
     return tg_affine(y, L->o, NULL);
 }
 
-/* h = x + attn(input_layernorm(x)); h + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(h) */
+/* h = x + attn(input_layernorm(x)); h + down(silu(gate(n)) * up(n)) with
+ * n = post_attention_layernorm(h) */
 static tg_tensor *layer_forward(const tg_llama *m, const llama_layer *L, tg_tensor *x,
                                 tg_llama_cache *cache, int64_t l, int64_t pos0)
 {

@@ -332,8 +332,9 @@ TG_API void tg_gpt_free(tg_gpt *m);
 
 /* A Llama-style decoder with Hugging Face LlamaForCausalLM's layout: token
  * embedding, no position embedding; per layer
- *   h = x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),  n = input_layernorm(x)
- *   x = h + down_proj(silu(gate_proj(n')) * up_proj(n')),               n' = post_attention_layernorm(h)
+ *   h = x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),
+ *   x = h + down_proj(silu(gate_proj(n')) * up_proj(n')),
+ * n = input_layernorm(x), n' = post_attention_layernorm(h),
  * with RMSNorm, causal grouped-query attention (query head i reads kv head
  * i / (n_head / n_kv_head)), rotary positions on q and k; then model.norm and
  * the LM head. Every Linear is bias-free, weights [out, in]. */
