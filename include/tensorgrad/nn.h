@@ -362,7 +362,10 @@ TG_API const tg_llama_config *tg_llama_config_of(const tg_llama *m);
 /* idx int64 [B, T] (1 <= T <= block_size, tokens in [0, vocab)) at positions
  * 0..T-1 -> logits [B, T, vocab]. When targets (int64 [B, T]) and loss are
  * not NULL, *loss receives the mean cross-entropy (targets of -1 are
- * ignored), a new reference like the logits. Errors as tg_gpt_forward. */
+ * ignored), a new reference like the logits. NULL (and *loss NULL) on
+ * error: TG_ERR_NULL, TG_ERR_DTYPE (idx or targets not int64), TG_ERR_SHAPE
+ * (idx not [B, T] with T in range, targets not idx's shape), TG_ERR_INDEX
+ * (a token outside [0, vocab)). */
 TG_API tg_tensor *tg_llama_forward(const tg_llama *m, const tg_tensor *idx,
                                    const tg_tensor *targets, tg_tensor **loss);
 /* Names (the state dict of LlamaForCausalLM): model.embed_tokens.weight;
