@@ -8,6 +8,8 @@
 #include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
+#include "lm.h"
+
 /* One transformer block; Linear weights are [out, in]. */
 typedef struct {
     tg_layer_norm_module *ln_1, *ln_2;
@@ -393,50 +395,6 @@ static tg_tensor *lm_head(const tg_gpt *m, const tg_tensor *x)
     return tg_affine(x, m->wte->weight, NULL);
 }
 
-/* idx: int64 [B, T] with 1 <= T <= block_size and tokens in [0, vocab). */
-static int check_idx(const tg_gpt *m, const tg_tensor *idx)
-{
-    if (tg_dtype_of(idx) != TG_INT64) {
-        tg_fail(TG_ERR_DTYPE, "tg_gpt_forward: idx dtype %s is not int64",
-                tg_dtype_name(tg_dtype_of(idx)));
-        return -1;
-    }
-    if (tg_ndim(idx) != 2 || tg_shape(idx)[1] < 1 || tg_shape(idx)[1] > m->config.block_size) {
-        tg_fail(TG_ERR_SHAPE, "tg_gpt_forward: idx %s is not [B, T] with 1 <= T <= "
-                "block_size %lld", TG_SHAPE_STRING(idx), (long long)m->config.block_size);
-        return -1;
-    }
-    tg_scope_begin(); /* holds the contiguous copy */
-    tg_tensor *c = tg_contiguous(idx);
-    const int64_t *p = tg_data_const(c);
-    int rc = p ? 0 : -1;
-    for (int64_t i = 0; p && i < tg_numel(c) && rc == 0; i++)
-        if (p[i] < 0 || p[i] >= m->config.vocab_size) {
-            tg_fail(TG_ERR_INDEX, "tg_gpt_forward: token %lld at flat position %lld is "
-                    "outside [0, vocab_size %lld)", (long long)p[i], (long long)i,
-                     (long long)m->config.vocab_size);
-            rc = -1;
-        }
-    tg_scope_end();
-    return rc;
-}
-
-static int check_targets(const tg_tensor *idx, const tg_tensor *targets)
-{
-    if (tg_dtype_of(targets) != TG_INT64) {
-        tg_fail(TG_ERR_DTYPE, "tg_gpt_forward: targets dtype %s is not int64",
-                tg_dtype_name(tg_dtype_of(targets)));
-        return -1;
-    }
-    if (tg_ndim(targets) != 2 || tg_shape(targets)[0] != tg_shape(idx)[0] ||
-        tg_shape(targets)[1] != tg_shape(idx)[1]) {
-        tg_fail(TG_ERR_SHAPE, "tg_gpt_forward: targets %s do not match idx %s",
-                TG_SHAPE_STRING(targets), TG_SHAPE_STRING(idx));
-        return -1;
-    }
-    return 0;
-}
-
 tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor *targets,
                           tg_tensor **loss)
 {
@@ -445,7 +403,9 @@ tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor
     TG_CHECK_ARG(m);
     TG_CHECK_ARG(idx);
     bool want_loss = targets && loss;
-    if (check_idx(m, idx) < 0 || (want_loss && check_targets(idx, targets) < 0))
+    if (tg__check_idx(__func__, idx, m->config.vocab_size, m->config.block_size,
+                      m->config.block_size) < 0 ||
+        (want_loss && tg__check_targets(__func__, idx, targets) < 0))
         return NULL;
     int64_t B = tg_shape(idx)[0], T = tg_shape(idx)[1], V = m->config.vocab_size;
     double p = m->train ? m->config.dropout : 0;
@@ -467,94 +427,6 @@ tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor
 
 /* ---- generation ---------------------------------------------------------------------- */
 
-/* Runs tokens [T] at positions pos0.. through the model with the caches and
- * writes the logits of the last one to row [vocab]. */
-static int next_logits(const tg_gpt *m, const int64_t *tokens, int64_t T, kv_cache *caches,
-                       int64_t pos0, double *row)
-{
-    tg_scope_begin();
-    tg_tensor *idx = tg_from_data(TG_INT64, 2, (int64_t[]){1, T}, tokens);
-    tg_tensor *x = idx ? trunk(m, idx, caches, pos0, 0) : NULL; /* [1, T, d] */
-    tg_tensor *logits = lm_head(m, tg_narrow(x, 1, T - 1, 1));   /* [1, 1, V] */
-    int rc = logits ? tg_copy_to(logits, TG_FLOAT64, row, m->config.vocab_size) : -1;
-    tg_scope_end();
-    return rc;
-}
-
-static int descending(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x < y) - (x > y);
-}
-
-/* Picks a token from logits [V] (overwritten): argmax, or a draw from
- * softmax(logits / temperature) restricted to the top_k largest (ties with
- * the k-th kept, as in nanoGPT) by inverse CDF. scratch holds V doubles. */
-static int64_t sample(double *logits, int64_t V, const tg_sample_options *o, tg_rng *rng,
-                      double *scratch)
-{
-    int64_t best = 0;
-    for (int64_t i = 1; i < V; i++)
-        if (logits[i] > logits[best])
-            best = i;
-    if (o->greedy)
-        return best;
-    for (int64_t i = 0; i < V; i++)
-        logits[i] /= o->temperature;
-    if (o->top_k > 0 && o->top_k < V) {
-        memcpy(scratch, logits, (size_t)V * sizeof *scratch);
-        qsort(scratch, (size_t)V, sizeof *scratch, descending);
-        double kth = scratch[o->top_k - 1];
-        for (int64_t i = 0; i < V; i++)
-            if (logits[i] < kth)
-                logits[i] = -INFINITY;
-    }
-    double top = logits[best], total = 0;
-    for (int64_t i = 0; i < V; i++)
-        total += logits[i] = exp(logits[i] - top);
-    double u = tg_rng_uniform01(rng) * total, cum = 0;
-    int64_t last = best;
-    for (int64_t i = 0; i < V; i++) {
-        if (logits[i] > 0)
-            last = i;
-        cum += logits[i];
-        if (u < cum)
-            return i;
-    }
-    return last; /* rounding left u at the very top */
-}
-
-static int check_generate(const tg_gpt *m, const int64_t *prompt, int64_t prompt_len,
-                          int64_t n, const tg_sample_options *o, const tg_rng *rng)
-{
-    const char *fn = "tg_gpt_generate";
-    int64_t V = m->config.vocab_size;
-    if (prompt_len < 1 || n < 0 || n > INT64_MAX - prompt_len) {
-        tg_fail(TG_ERR_VALUE, "%s: prompt_len = %lld must be >= 1 and n = %lld >= 0", fn,
-                (long long)prompt_len, (long long)n);
-        return -1;
-    }
-    for (int64_t i = 0; i < prompt_len; i++)
-        if (prompt[i] < 0 || prompt[i] >= V) {
-            tg_fail(TG_ERR_INDEX, "%s: prompt[%lld] = %lld is outside [0, vocab_size %lld)",
-                     fn, (long long)i, (long long)prompt[i], (long long)V);
-            return -1;
-        }
-    if (o->top_k < 0) {
-        tg_fail(TG_ERR_VALUE, "%s: top_k = %lld is negative", fn, (long long)o->top_k);
-        return -1;
-    }
-    if (!o->greedy && !(o->temperature > 0)) {
-        tg_fail(TG_ERR_VALUE, "%s: temperature = %g must be positive", fn, o->temperature);
-        return -1;
-    }
-    if (!o->greedy && !rng) {
-        tg_fail(TG_ERR_NULL, "%s: rng is NULL (needed unless greedy)", fn);
-        return -1;
-    }
-    return 0;
-}
-
 static void free_caches(kv_cache *c, int64_t n_layer)
 {
     for (int64_t l = 0; c && l < n_layer; l++) {
@@ -564,22 +436,49 @@ static void free_caches(kv_cache *c, int64_t n_layer)
     free(c);
 }
 
-static kv_cache *new_caches(const tg_gpt *m)
+/* The shape [n_head, block_size, head_dim] of one layer's keys (and of its
+ * values): what new_caches allocates and tg_gpt_kv_cache_bytes counts. */
+static void cache_shape(const tg_gpt *m, int64_t shape[3])
 {
     const tg_gpt_config *c = &m->config;
-    int64_t shape[3] = {c->n_head, c->block_size, c->n_embd / c->n_head};
-    kv_cache *kv = calloc((size_t)c->n_layer, sizeof *kv);
+    shape[0] = c->n_head;
+    shape[1] = c->block_size;
+    shape[2] = c->n_embd / c->n_head;
+}
+
+int64_t tg_gpt_kv_cache_bytes(const tg_gpt *m)
+{
+    TG_CHECK_ARG_STATUS(m);
+    int64_t shape[3], bytes = (int64_t)tg_dtype_size(tg_dtype_of(m->wte->weight));
+    cache_shape(m, shape);
+    int64_t factors[5] = {m->config.n_layer, 2, shape[0], shape[1], shape[2]};
+    for (int i = 0; i < 5; i++)
+        if (__builtin_mul_overflow(bytes, factors[i], &bytes)) {
+            tg_fail(TG_ERR_VALUE, "tg_gpt_kv_cache_bytes: n_layer %lld * 2 * [%lld, %lld, "
+                    "%lld] elements overflow int64", (long long)factors[0],
+                    (long long)shape[0], (long long)shape[1], (long long)shape[2]);
+            return -1;
+        }
+    return bytes;
+}
+
+/* n_layer caches of keys and values, zeros, each cache_shape. */
+static kv_cache *new_caches(const tg_gpt *m)
+{
+    int64_t n_layer = m->config.n_layer, shape[3];
+    cache_shape(m, shape);
+    kv_cache *kv = calloc((size_t)n_layer, sizeof *kv);
     if (!kv)
         return tg_fail(TG_ERR_NOMEM, "tg_gpt_generate: out of memory for the KV cache");
     tg_dtype dtype = tg_dtype_of(m->wte->weight);
     /* A private scope, so that an enclosing one does not take the caches. */
     tg_scope_begin();
-    for (int64_t l = 0; l < c->n_layer; l++) {
+    for (int64_t l = 0; l < n_layer; l++) {
         kv[l].k = tg_retain(tg_zeros(dtype, 3, shape));
         kv[l].v = kv[l].k ? tg_retain(tg_zeros(dtype, 3, shape)) : NULL;
         if (!kv[l].v) {
             tg_scope_end();
-            free_caches(kv, c->n_layer);
+            free_caches(kv, n_layer);
             return NULL;
         }
     }
@@ -587,10 +486,31 @@ static kv_cache *new_caches(const tg_gpt *m)
     return kv;
 }
 
-/* The cache holds positions 0..cached-1 of the window out[w..len). A new
- * token runs one position; when the sequence outgrows block_size the window
- * becomes the last block_size tokens (nanoGPT's crop) and, since every
- * position embedding shifts, the cache is rebuilt from the whole window. */
+/* What generation's steps share: the model and its caches, made at the first. */
+typedef struct {
+    const tg_gpt *m;
+    kv_cache *caches;
+} generation;
+
+/* tg__decoder's step: tokens [T] at positions pos0.. through the model with
+ * the caches, the logits of the last one to row [vocab]. */
+static int next_logits(void *model, const int64_t *tokens, int64_t T, int64_t pos0, double *row)
+{
+    generation *g = model;
+    if (!g->caches && !(g->caches = new_caches(g->m)))
+        return -1;
+    tg_scope_begin();
+    tg_tensor *idx = tg_from_data(TG_INT64, 2, (int64_t[]){1, T}, tokens);
+    tg_tensor *x = idx ? trunk(g->m, idx, g->caches, pos0, 0) : NULL; /* [1, T, d] */
+    tg_tensor *logits = lm_head(g->m, tg_narrow(x, 1, T - 1, 1));     /* [1, 1, V] */
+    int rc = logits ? tg_copy_to(logits, TG_FLOAT64, row, g->m->config.vocab_size) : -1;
+    tg_scope_end();
+    return rc;
+}
+
+/* On caches made at the first step. Past block_size (opts->slide) the
+ * window becomes the last block_size tokens (nanoGPT's crop) and, since
+ * every position embedding shifts, the cache is rebuilt from it. */
 int tg_gpt_generate(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
                     const tg_sample_options *opts, tg_rng *rng, int64_t *out)
 {
@@ -605,39 +525,10 @@ int tg_gpt_generate_each(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, i
     TG_CHECK_ARG_STATUS(prompt);
     TG_CHECK_ARG_STATUS(opts);
     TG_CHECK_ARG_STATUS(out);
-    if (check_generate(m, prompt, prompt_len, n, opts, rng) < 0)
-        return -1;
-    memmove(out, prompt, (size_t)prompt_len * sizeof *out);
-    if (n == 0)
-        return 0;
-    int64_t V = m->config.vocab_size, block = m->config.block_size;
-    double *row = malloc((size_t)V * sizeof *row), *scratch = malloc((size_t)V * sizeof *row);
-    kv_cache *caches = row && scratch ? new_caches(m) : NULL;
-    if (!caches) {
-        free(row);
-        free(scratch);
-        if (tg_error_code() == TG_OK)
-            tg_fail(TG_ERR_NOMEM, "tg_gpt_generate: out of memory");
-        return -1;
-    }
-    bool was = tg_set_grad_enabled(false);
-    int64_t len = prompt_len, w = len > block ? len - block : 0, cached = 0;
-    int rc = 0;
-    for (int64_t i = 0; i < n && rc == 0; i++) {
-        if (len - w > block) {
-            w = len - block;
-            cached = 0;
-        }
-        rc = next_logits(m, out + w + cached, len - w - cached, caches, cached, row);
-        cached = len - w;
-        if (rc == 0)
-            out[len++] = sample(row, V, opts, rng, scratch);
-        if (rc == 0 && on_token && on_token(out[len - 1], ctx))
-            break;
-    }
-    tg_set_grad_enabled(was);
-    free_caches(caches, m->config.n_layer);
-    free(row);
-    free(scratch);
+    generation g = {m, NULL};
+    tg__decoder d = {"tg_gpt_generate", m->config.vocab_size, m->config.block_size,
+                     next_logits, &g};
+    int rc = tg__generate(&d, prompt, prompt_len, n, opts, rng, out, on_token, ctx);
+    free_caches(g.caches, m->config.n_layer);
     return rc;
 }

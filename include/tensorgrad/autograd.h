@@ -253,6 +253,46 @@ TG_API tg_tensor *tg_cross_entropy(const tg_tensor *logits, const tg_tensor *tar
 /* Mean of (input - target)^2 over all elements; shapes must match. */
 TG_API tg_tensor *tg_mse_loss(const tg_tensor *input, const tg_tensor *target);
 
+/* ---- rotary position embedding (autograd/op_rope.c) ------------------------ */
+
+/* Which elements of a head of hd form the pairs that rotate together. */
+typedef enum {
+    TG_ROPE_HALF = 0,       /* Hugging Face Llama: pairs (i, i + hd/2), rotate_half */
+    TG_ROPE_INTERLEAVED = 1 /* Meta's original: pairs (2i, 2i + 1) */
+} tg_rope_pairing;
+
+/* The cos and sin of every position p < max_positions and pair i < hd / 2
+ * at angle p * theta^(-2i / hd) (Hugging Face's inv_freq), computed once in
+ * double and kept in float64 and rounded to float32 (about 24 bytes per
+ * position and pair: 12 MB for 8192 positions of hd 128), so both dtypes
+ * read values rounded once from the exact angle. Immutable: tg_rope only
+ * reads it, from any number of threads at once. Every graph that used it
+ * holds a reference, so tg_rope_table_free may come before backward; the
+ * memory goes with the last of them. Errors (NULL returned): TG_ERR_VALUE
+ * for max_positions < 1, head_dim odd or < 2, theta not finite and > 0, a
+ * pairing other than the two, or a table whose size overflows;
+ * TG_ERR_NOMEM. tg_rope_table_free(NULL) does nothing. */
+typedef struct tg_rope_table tg_rope_table;
+TG_API tg_rope_table *tg_rope_table_new(int64_t max_positions, int64_t head_dim, double theta,
+                                        tg_rope_pairing pairing);
+TG_API void tg_rope_table_free(tg_rope_table *t);
+
+/* x [..., T, hd] (positions along dim -2, e.g. [B, H, T, hd]) with each pair
+ * (a, b) of row t rotated by the table's angles at position pos0 + t:
+ * a' = a cos - b sin, b' = b cos + a sin (for TG_ROPE_HALF this is
+ * x * cos + rotate_half(x) * sin). x is float32 or float64 in any layout,
+ * read in place; the result, a new tensor of x's shape and dtype, keeps x's
+ * memory order when x is a permutation of a contiguous tensor (the
+ * transposed view [B, H, T, hd] of a [B, T, H * hd] projection gives a
+ * result whose memory is [B, T, H, hd] again), else it is contiguous. The
+ * gradient of x is the inverse rotation of the result's gradient, in that
+ * gradient's memory order by the same rule. The graph keeps no copy of x,
+ * only a reference to the table. Errors:
+ * TG_ERR_NULL (x or table), TG_ERR_DTYPE (x not float), TG_ERR_SHAPE (x
+ * under 2-D, its hd not the table's), TG_ERR_VALUE (pos0 < 0 or pos0 + T >
+ * max_positions: positions past the table). */
+TG_API tg_tensor *tg_rope(const tg_tensor *x, const tg_rope_table *table, int64_t pos0);
+
 /* ---- fused attention (autograd/op_attention.c) ----------------------------- */
 
 /* dropout(softmax(q @ k^T * scale + mask)) @ v in one op that never holds
@@ -269,11 +309,18 @@ TG_API tg_tensor *tg_mse_loss(const tg_tensor *input, const tg_tensor *target);
  * per query row for backward, which recomputes the scores tile by tile.
  * With 4-D inputs [B, H, L, E] the output's memory is [B, L, H, Ev] (a
  * transposed view, not contiguous), so that merging the heads with
- * transpose(1, 2) and reshape costs no copy. tg_scaled_dot_product_attention
- * (nn.h) calls this when it can. Errors: TG_ERR_NULL (also rng NULL with
- * dropout), TG_ERR_DTYPE (q, k, v not one float dtype; mask not bool or
- * float), TG_ERR_SHAPE, TG_ERR_VALUE (scale not finite, dropout_p outside
- * [0, 1)). */
+ * transpose(1, 2) and reshape costs no copy. Grouped-query attention: q
+ * [B, H, L, E] (4 dims or more, heads at dim -3) may come with k [B, Hkv,
+ * S, E] and v [B, Hkv, S, Ev] where Hkv < H divides H; query head h reads
+ * kv head h / (H / Hkv) in place (Hugging Face's repeat_kv order, never a
+ * copy), and Hkv = 1 is multi-query attention. Masks and dropout are those
+ * of the [B, H, L, S] scores; the gradients of k and v sum each kv head's
+ * group of query heads. tg_scaled_dot_product_attention (nn.h) calls this
+ * when it can. Errors: TG_ERR_NULL (also rng NULL with dropout),
+ * TG_ERR_DTYPE (q, k, v not one float dtype; mask not bool or float),
+ * TG_ERR_SHAPE (also k and v with fewer heads than q but different head
+ * counts, or a count that does not divide q's), TG_ERR_VALUE (scale not
+ * finite, dropout_p outside [0, 1)). */
 TG_API tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
                                const tg_tensor *mask, bool is_causal, double scale,
                                double dropout_p, tg_rng *rng);
