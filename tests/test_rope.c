@@ -6,6 +6,7 @@
 #include "testutil.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 
 /* ---- pow, counted: the table's angles come from pow, tg_rope's must not --- */
 
@@ -232,6 +233,45 @@ START_TEST(rope_table_is_built_once_not_per_call)
 }
 END_TEST
 
+/* Threads rotating through one table at once, each building and running
+ * its own graphs: every gradient comes back as its x, and the table's
+ * count of graphs ends where it began (the free below is its last). */
+static void *rotate_and_back(void *table)
+{
+    int64_t good = 0;
+    for (int i = 0; i < 50; i++) {
+        tg_scope_begin();
+        tg_tensor *x = ramp(TG_FLOAT32, 3, SHAPE(3, 16, 8), -1, 0.002 * (i + 1));
+        tg_set_requires_grad(x, true);
+        tg_tensor *y = tg_rope(x, table, i % 16);
+        if (y && tg_backward(y, tg_detach(y)) == 0) {
+            const float *want = tg_data_const(x);
+            const float *got = tg_data_const(tg_grad(x));
+            bool same = true;
+            for (int k = 0; k < 3 * 16 * 8; k++)
+                same = same && fabsf(got[k] - want[k]) < 1e-5f;
+            good += same;
+        }
+        tg_scope_end();
+    }
+    return (void *)(intptr_t)good;
+}
+
+START_TEST(rope_table_is_shared_by_threads)
+{
+    tg_rope_table *table = tg_rope_table_new(32, 8, 10000, TG_ROPE_INTERLEAVED);
+    pthread_t threads[3];
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(pthread_create(&threads[i], NULL, rotate_and_back, table), 0);
+    for (int i = 0; i < 3; i++) {
+        void *good;
+        ck_assert_int_eq(pthread_join(threads[i], &good), 0);
+        ck_assert_int_eq((intptr_t)good, 50);
+    }
+    tg_rope_table_free(table);
+}
+END_TEST
+
 /* ---- errors ---------------------------------------------------------------------- */
 
 START_TEST(rope_table_new_rejects_bad_arguments)
@@ -302,6 +342,7 @@ int main(void)
     tcase_add_test(backward, rope_backward_is_the_inverse_rotation);
     tcase_add_test(backward, rope_table_may_be_freed_before_backward);
     tcase_add_test(backward, rope_table_is_built_once_not_per_call);
+    tcase_add_test(backward, rope_table_is_shared_by_threads);
     suite_add_tcase(s, backward);
     TCase *errors = tcase_checked("errors");
     tcase_add_test(errors, rope_table_new_rejects_bad_arguments);
