@@ -1,7 +1,8 @@
 /* The fused scaled-dot-product attention ops, dropout(softmax(q k^T * scale
  * + mask)) v without the [L, S] scores: their checks, the plan of shapes,
  * strides and dropout that the tiled passes of tensor/attention_tiles.c read, and
- * what the graph keeps for the backward. tg_attention takes q, k and v;
+ * what the graph keeps for the backward. tg_attention takes q, k and v (k
+ * and v may hold fewer heads, each shared by a group of q's);
  * tg_attention_qkvpacked takes the one [B, T, 3 H E] projection they come
  * from, and its backward writes the three gradients into one. */
 #include "attention_tiles.h"

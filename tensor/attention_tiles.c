@@ -3,8 +3,11 @@
  * neither pass holds more than a [BR, BC] tile of scores, and the backward,
  * which recomputes the tiles from q, k and the per-row logsumexp saved by
  * the forward, and the dropout mask from its key. A short problem, one tile
- * per batch, keeps its weights instead. The row arithmetic on a tile is
- * attention_rows.c's; the ops that plan the passes are autograd/op_attention.c's. */
+ * per batch, keeps its weights instead. Grouped kv heads are read in place
+ * by their query heads, whose gradients add into theirs in one task per kv
+ * head; one decoding row takes a group's heads as one block. The row
+ * arithmetic on a tile is attention_rows.c's; the ops that plan the passes
+ * are autograd/op_attention.c's. */
 #include "attention_tiles.h"
 #include "attention_rows.h"
 #include "dropout_mask.h"
