@@ -391,6 +391,86 @@ static int bench_generate(int threads)
     return 0;
 }
 
+/* ---- Llama: llama-medium and llama-generate ---------------------------------------- */
+
+/* gpt-medium's width, depth and context with 6 heads sharing 2 kv heads,
+ * SwiGLU hidden 1024, tied head: bench/torch_llama.py's model. */
+static const tg_llama_config llama_medium = {
+    .vocab_size = 65, .block_size = 256, .n_layer = 6, .n_head = 6, .n_kv_head = 2,
+    .n_embd = 384, .hidden_size = 1024, .rope_theta = 10000, .norm_eps = 1e-5,
+    .tie_embeddings = true, .rope_pairing = TG_ROPE_HALF};
+
+static tg_tensor *llama_loss(void *model, const tg_tensor *x, const tg_tensor *y)
+{
+    tg_tensor *loss = NULL;
+    tg_llama_forward(model, x, y, &loss);
+    return loss;
+}
+
+/* One training step at batch 8, median of 5 after 2 warm-up steps. */
+static int bench_llama(int threads)
+{
+    const tg_llama_config *cfg = &llama_medium;
+    tg_rng *rng = tg_rng_new(0);
+    tg_llama *model = tg_llama_new(cfg, TG_FLOAT32, rng);
+    tg_params ps = {0};
+    tg_optim *opt = NULL;
+    int64_t t = quick ? 8 : cfg->block_size, b = quick ? 2 : 8;
+    tg_tensor *x = random_tokens(rng, cfg->vocab_size, b, t);
+    tg_tensor *y = random_tokens(rng, cfg->vocab_size, b, t);
+    double dt = -1;
+    if (model && x && y && tg_llama_params(model, &ps) == 0 &&
+        (opt = tg_adamw_new(&ps, 1e-3, 0.9, 0.999, 1e-8, 0.1)) != NULL) {
+        step_ctx c = {model, llama_loss, x, y, opt};
+        dt = quick ? timed(train_step, &c, 1, 1) : timed(train_step, &c, 2, 5);
+    }
+    tg_optim_free(opt);
+    tg_params_clear(&ps);
+    tg_release(x);
+    tg_release(y);
+    tg_llama_free(model);
+    tg_rng_free(rng);
+    if (dt < 0)
+        return fail("llama-medium");
+    char extra[64];
+    snprintf(extra, sizeof extra, "\"tokens_per_s\": %.1f", (double)(b * t) / dt);
+    emit("llama-medium", threads, NULL, "train_step", dt * 1e3, 2, "ms", extra);
+    return 0;
+}
+
+/* As generate, at llama-medium's shape; the line also carries the bytes of
+ * the KV cache generation holds, and the GPT's at the same width, depth and
+ * context. */
+static int bench_llama_generate(int threads)
+{
+    enum { NEW = 200 };
+    int64_t n = quick ? 10 : NEW, out[NEW + 1], prompt[1] = {0};
+    tg_rng *rng = tg_rng_new(0);
+    tg_llama *model = tg_llama_new(&llama_medium, TG_FLOAT32, rng);
+    tg_gpt *gpt = tg_gpt_new(&gpt_medium.config, TG_FLOAT32, rng);
+    tg_sample_options opts = {.temperature = 1.0, .greedy = true, .slide = true};
+    bool was = tg_set_grad_enabled(false);
+    double dt = -1;
+    int64_t bytes = model ? tg_llama_kv_cache_bytes(model) : -1;
+    int64_t gpt_bytes = gpt ? tg_gpt_kv_cache_bytes(gpt) : -1;
+    if (model && gpt) {
+        double t0 = now_s();
+        if (tg_llama_generate(model, prompt, 1, n, &opts, NULL, out) == 0)
+            dt = now_s() - t0;
+    }
+    tg_set_grad_enabled(was);
+    tg_gpt_free(gpt);
+    tg_llama_free(model);
+    tg_rng_free(rng);
+    if (dt < 0)
+        return fail("llama-generate");
+    char extra[96];
+    snprintf(extra, sizeof extra, "\"kv_cache_bytes\": %lld, \"kv_cache_bytes_gpt\": %lld",
+             (long long)bytes, (long long)gpt_bytes);
+    emit("llama-generate", threads, NULL, "tokens_per_s", (double)n / dt, 1, "tok/s", extra);
+    return 0;
+}
+
 /* ---- command line ------------------------------------------------------------------ */
 
 static int run_gpt_small(int threads) { return bench_gpt(&gpt_small, threads); }
@@ -402,6 +482,7 @@ static const struct {
 } benches[] = {
     {"matmul", bench_matmul},       {"attn-toy", bench_attn_toy},     {"encoder", bench_encoder},
     {"gpt-small", run_gpt_small},   {"gpt-medium", run_gpt_medium},   {"generate", bench_generate},
+    {"llama-medium", bench_llama},  {"llama-generate", bench_llama_generate},
 };
 enum { NBENCH = sizeof benches / sizeof benches[0] };
 

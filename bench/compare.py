@@ -1,9 +1,13 @@
 #!/usr/bin/python3
 """Runs tensorgrad's benchmark (bench/bench.c) and the PyTorch reference
-(../shared/bench/torch_ref.py) alternately, several rounds in one session,
-and prints a markdown table: the best result per config per side, and the ratio.
+(../shared/bench/torch_ref.py; bench/torch_llama.py for the llama-* configs)
+alternately, several rounds in one session, and prints a markdown table: the
+best result per config per side, and the ratio.
 
-    /usr/bin/python3 bench/compare.py [--rounds 3] [--configs gpt-small encoder]
+    /usr/bin/python3 bench/compare.py [--rounds 3] [--configs gpt-small encoder] [--bf16]
+
+--bf16 also runs PyTorch's bfloat16 autocast setting (the references'
+--bf16) and gives tensorgrad's ratio against it in two more columns.
 
 Each side runs at --threads 1 and at --threads 2 in every round; what counts
 per config is the best single measurement over all its rounds and thread
@@ -13,7 +17,9 @@ Peak RSS is the lowest seen for gpt-medium over those runs.
 """
 import argparse, datetime, json, os, pathlib, platform, subprocess, sys
 
-CONFIGS = ["matmul", "attn-toy", "encoder", "gpt-small", "gpt-medium", "generate"]
+CONFIGS = ["matmul", "attn-toy", "encoder", "gpt-small", "gpt-medium", "generate",
+           "llama-medium", "llama-generate"]
+LLAMA_CONFIGS = {"llama-medium", "llama-generate"}  # run by bench/torch_llama.py
 HIGHER_IS_BETTER = {"GFLOP/s", "tok/s"}
 DECIMALS = {"GFLOP/s": 1, "tok/s": 1, "ms": 2, "s": 3}
 
@@ -102,12 +108,24 @@ def machine_line():
             f"PyTorch {torch_version or '?'}, {datetime.date.today().isoformat()}")
 
 
-def table(tg_best, pt_best, tg_rss, pt_rss, order):
-    lines = ["| config | tensorgrad | PyTorch (best setting) | ratio |", "|---|---|---|---|"]
+def cells(tg, pt):
+    ratio = f"{speed_ratio(tg, pt):.2f}×" if tg and pt else "—"
+    return f"{fmt(pt) if pt else '—'} | {ratio}"
+
+
+def table(tg_best, pt_best, tg_rss, pt_rss, order, bf16_best=None):
+    head = "| config | tensorgrad | PyTorch float32 | ratio |"
+    rule = "|---|---|---|---|"
+    if bf16_best is not None:
+        head += " PyTorch bf16 autocast | ratio |"
+        rule += "---|---|"
+    lines = [head, rule]
     for k in order:
-        tg, pt = tg_best.get(k), pt_best.get(k)
-        ratio = f"{speed_ratio(tg, pt):.2f}×" if tg and pt else "—"
-        lines.append(f"| {k} | {fmt(tg) if tg else '—'} | {fmt(pt) if pt else '—'} | {ratio} |")
+        tg = tg_best.get(k)
+        line = f"| {k} | {fmt(tg) if tg else '—'} | {cells(tg, pt_best.get(k))} |"
+        if bf16_best is not None:
+            line += f" {cells(tg, bf16_best.get(k))} |"
+        lines.append(line)
     if tg_rss and pt_rss:
         a, b = min(tg_rss), min(pt_rss)
         lines.append(f"| peak RSS, gpt-medium training | {a:.1f} MB | {b:.1f} MB | "
@@ -124,6 +142,10 @@ def main():
                     help="PyTorch reference script (default: ../shared/bench/torch_ref.py)")
     ap.add_argument("--configs", nargs="+", default=CONFIGS, choices=CONFIGS, metavar="NAME",
                     help="configs to run (default: all): " + " ".join(CONFIGS))
+    ap.add_argument("--torch-llama", default=str(root / "bench" / "torch_llama.py"),
+                    help="PyTorch reference of the llama-* configs (default: bench/torch_llama.py)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="also run PyTorch's bfloat16 autocast setting (its --bf16)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of both sides (default 3)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                     help="thread counts tried on each side (default 1 2)")
@@ -134,7 +156,8 @@ def main():
     a = ap.parse_args()
     if a.from_raw:
         return report_from_raw(a.from_raw)
-    for path, what in ((a.bench, "--bench"), (a.torch_ref, "--torch-ref")):
+    for path, what in ((a.bench, "--bench"), (a.torch_ref, "--torch-ref"),
+                       (a.torch_llama, "--torch-llama")):
         if not os.path.exists(path):
             ap.error(f"{what} {path}: no such file")
     if a.rounds < 1:
@@ -142,14 +165,12 @@ def main():
 
     raw = open(a.raw, "a") if a.raw else None
     run_id = datetime.datetime.now().isoformat(timespec="seconds")  # one file may gather several runs
-    sides = {"tensorgrad": ({}, []), "pytorch": ({}, [])}
+    sides = {"tensorgrad": ({}, []), "pytorch": ({}, []), "pytorch-bf16": ({}, [])}
     order = []
     for rnd in range(a.rounds):
         print(f"round {rnd + 1}/{a.rounds}", file=sys.stderr, flush=True)
         for t in a.threads:  # alternate: tensorgrad, then PyTorch, at each thread count
-            for side, cmd in (
-                    ("tensorgrad", [a.bench, "--threads", str(t)] + a.configs),
-                    ("pytorch", ["/usr/bin/python3", a.torch_ref, "--threads", str(t)] + a.configs)):
+            for side, cmd in runs(a, t):
                 rows = run(cmd)
                 collect(*sides[side], rows)
                 for r in rows:
@@ -164,17 +185,32 @@ def main():
     print_table(sides, order)
 
 
+def runs(a, t):
+    """The processes of one round at t threads: (side, command) pairs."""
+    ref = [c for c in a.configs if c not in LLAMA_CONFIGS]
+    llama = [c for c in a.configs if c in LLAMA_CONFIGS]
+    out = [("tensorgrad", [a.bench, "--threads", str(t)] + a.configs)]
+    for side, extra in (("pytorch", []), ("pytorch-bf16", ["--bf16"])):
+        if extra and not a.bf16:
+            continue
+        for script, names in ((a.torch_ref, ref), (a.torch_llama, llama)):
+            if names:
+                out.append((side, ["/usr/bin/python3", script, "--threads", str(t)] + extra + names))
+    return out
+
+
 def print_table(sides, order):
     print()
     (tg_best, tg_rss), (pt_best, pt_rss) = sides["tensorgrad"], sides["pytorch"]
-    print(table(tg_best, pt_best, tg_rss, pt_rss, order))
+    bf16_best = sides["pytorch-bf16"][0] or None
+    print(table(tg_best, pt_best, tg_rss, pt_rss, order, bf16_best))
     print()
     print("ratio = tensorgrad speed / PyTorch speed (> 1: tensorgrad is faster); "
           "for peak RSS, tensorgrad's MB / PyTorch's (< 1: tensorgrad uses less).")
 
 
 def report_from_raw(path):
-    sides = {"tensorgrad": ({}, []), "pytorch": ({}, [])}
+    sides = {"tensorgrad": ({}, []), "pytorch": ({}, []), "pytorch-bf16": ({}, [])}
     order, rounds = [], set()
     with open(path) as f:
         for line in f:

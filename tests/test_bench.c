@@ -97,6 +97,39 @@ START_TEST(bench_prints_one_json_line_per_config_with_reference_keys)
 }
 END_TEST
 
+/* The llama configs print torch_llama.py's keys; generation's line carries
+ * the KV cache's bytes, which for 2 kv heads of 6 are a third of the GPT's. */
+START_TEST(bench_llama_configs_print_their_lines_and_cache_bytes)
+{
+    static char out[1 << 16];
+    ck_assert_int_eq(run_bench("--quick --threads 1 llama-medium llama-generate", out, sizeof out),
+                     0);
+    static const char *const train_keys[] = {"config", "threads",      "metric",     "value",
+                                             "unit",   "tokens_per_s", "peak_rss_mb"};
+    static const char *const gen_keys[] = {"config",         "threads",            "metric",
+                                           "value",          "unit",               "kv_cache_bytes",
+                                           "kv_cache_bytes_gpt", "peak_rss_mb"};
+    int train = 0, gen = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strstr(line, "\"config\": \"llama-medium\"")) {
+            assert_keys_in_order(line, train_keys, 7);
+            ck_assert_ptr_nonnull(strstr(line, "\"metric\": \"train_step\""));
+            ck_assert_msg(number_after(line, "value") > 0, "no time: %s", line);
+            train++;
+        } else if (strstr(line, "\"config\": \"llama-generate\"")) {
+            assert_keys_in_order(line, gen_keys, 8);
+            /* 6 layers x (k, v) x 2 kv heads x 256 positions x 64 floats x 4 bytes */
+            ck_assert_double_eq(number_after(line, "kv_cache_bytes"), 6.0 * 2 * 2 * 256 * 64 * 4);
+            ck_assert_double_eq(number_after(line, "kv_cache_bytes_gpt"),
+                                3 * number_after(line, "kv_cache_bytes"));
+            gen++;
+        }
+    }
+    ck_assert_int_eq(train, 1);
+    ck_assert_int_eq(gen, 1);
+}
+END_TEST
+
 START_TEST(bench_rejects_unknown_config)
 {
     char out[4096];
@@ -121,6 +154,7 @@ int main(void)
     TCase *tc = tcase_checked("bench");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, bench_prints_one_json_line_per_config_with_reference_keys);
+    tcase_add_test(tc, bench_llama_configs_print_their_lines_and_cache_bytes);
     tcase_add_test(tc, bench_rejects_unknown_config);
     tcase_add_test(tc, bench_rejects_bad_thread_count);
     suite_add_tcase(s, tc);
