@@ -62,7 +62,7 @@ static tg_tensor *find(const char *path, const tg_params *ck, const char *name, 
 
 /* gpt.config = int64 [vocab, context, layers, heads, width] and gpt.vocab =
  * int64 [vocab] of distinct bytes. */
-static int read_config(const char *path, const tg_params *ck, tg_gpt_config *c, gpt_vocab *v)
+static int read_config(const char *path, const tg_params *ck, lm_config *c, gpt_vocab *v)
 {
     tg_tensor *cfg = find(path, ck, "gpt.config", TG_INT64, 1);
     tg_tensor *voc = cfg ? find(path, ck, "gpt.vocab", TG_INT64, 1) : NULL;
@@ -71,7 +71,7 @@ static int read_config(const char *path, const tg_params *ck, tg_gpt_config *c, 
     if (tg_size(cfg, 0) != 5)
         return bad(path, "gpt.config has %lld values, not 5", (long long)tg_size(cfg, 0));
     const int64_t *k = tg_data(cfg), *chars = tg_data(voc);
-    *c = (tg_gpt_config){k[0], k[1], k[2], k[3], k[4], 0.0};
+    *c = (lm_config){LM_GPT, k[0], k[1], k[2], k[3], k[4]};
     static const char *const names[] = {"vocab", "context", "layers", "heads", "width"};
     static const int64_t max[] = {256, MAX_CONTEXT, MAX_LAYERS, MAX_HEADS, MAX_WIDTH};
     for (int i = 0; i < 5; i++)
@@ -120,7 +120,7 @@ static int check_param(const char *path, const tg_params *ck, const char *name, 
 }
 
 /* Every parameter gpt.config implies (the names of tg_gpt_params), by shape. */
-static int check_params(const char *path, const tg_params *ck, const tg_gpt_config *c)
+static int check_params(const char *path, const tg_params *ck, const lm_config *c)
 {
     int64_t d = c->n_embd;
     if (check_param(path, ck, "transformer.wte.weight", c->vocab_size, d) ||
@@ -147,18 +147,18 @@ static int check_params(const char *path, const tg_params *ck, const tg_gpt_conf
     return 0;
 }
 
-int gpt_checkpoint_load_model(const char *path, tg_params *ck, tg_gpt **model, gpt_vocab *vocab)
+int gpt_checkpoint_load_model(const char *path, tg_params *ck, lm **model, gpt_vocab *vocab)
 {
     if (tg_safetensors_load(path, ck) < 0)
         return fprintf(stderr, "gpt: cannot load %s: %s\n", path, tg_error_message()), 1;
-    tg_gpt_config config;
+    lm_config config;
     if (read_config(path, ck, &config, vocab) || check_params(path, ck, &config))
         return 1;
     tg_rng *rng = tg_rng_new(0);
-    *model = tg_gpt_new(&config, TG_FLOAT32, rng);
+    *model = lm_new(&config, rng);
     tg_rng_free(rng);
     tg_params mp = {0};
-    if (!*model || tg_gpt_params(*model, &mp) < 0)
+    if (!*model || lm_params(*model, &mp) < 0)
         return fprintf(stderr, "gpt: cannot build the model of %s: %s\n", path,
                        tg_error_message()), 1;
     int rc = 0;
@@ -229,7 +229,7 @@ static int add_owned(tg_params *ps, const char *name, tg_tensor *t)
 
 int gpt_checkpoint_save(const char *path, const gpt_run *run)
 {
-    const tg_gpt_config *c = tg_gpt_config_of(run->model);
+    const lm_config *c = lm_config_of(run->model);
     int64_t cfg[5] = {c->vocab_size, c->block_size, c->n_layer, c->n_head, c->n_embd};
     int64_t vocab[256];
     for (int i = 0; i < run->vocab->size; i++)
@@ -255,11 +255,10 @@ int gpt_checkpoint_save(const char *path, const gpt_run *run)
     rc |= add_owned(&ps, "train.settings", tg_from_data(TG_FLOAT64, 1, (int64_t[]){5}, settings));
     rc |= add_owned(&ps, "train.history", hist);
     rc |= add_owned(&ps, "train.rng_data", tg_rng_state_tensor(run->data_rng));
-    rc |= add_owned(&ps, "train.rng_dropout", tg_rng_state_tensor(tg_gpt_rng(run->model)));
+    if (lm_rng(run->model)) /* a model with dropout */
+        rc |= add_owned(&ps, "train.rng_dropout", tg_rng_state_tensor(lm_rng(run->model)));
     char meta[160];
-    snprintf(meta, sizeof meta, "vocab %lld, context %lld, %lld layers, %lld heads, d %lld",
-             (long long)cfg[0], (long long)cfg[1], (long long)cfg[2], (long long)cfg[3],
-             (long long)cfg[4]);
+    lm_config_describe(c, meta, sizeof meta);
     if (rc == 0)
         rc = tg_safetensors_save(path, &ps, 1, (const char *[]){"gpt"}, (const char *[]){meta});
     tg_params_clear(&ps);

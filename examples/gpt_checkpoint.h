@@ -6,6 +6,8 @@
 
 #include <tensorgrad/tensorgrad.h>
 
+#include "gpt_model.h"
+
 /* A numeric setting: its command-line option and the values it accepts. A
  * value read from a checkpoint must lie in the same range. */
 typedef struct {
@@ -38,7 +40,7 @@ typedef struct {
 /* What a checkpoint records of a run (all borrowed): loss and val hold the
  * losses of steps 0..step-1 (val NAN where it was not measured). */
 typedef struct {
-    const tg_gpt *model;
+    const lm *model;
     const tg_params *params;
     const tg_optim *opt;
     const tg_rng *data_rng;
@@ -56,7 +58,7 @@ int gpt_checkpoint_save(const char *path, const gpt_run *run);
  * the shape of every parameter the config implies, and only then builds the
  * model (*model, the caller frees it) and copies the weights in. 0, or 1
  * after printing what is wrong. */
-int gpt_checkpoint_load_model(const char *path, tg_params *ck, tg_gpt **model, gpt_vocab *vocab);
+int gpt_checkpoint_load_model(const char *path, tg_params *ck, lm **model, gpt_vocab *vocab);
 
 /* train.settings of a checkpoint read by gpt_checkpoint_load_model, each in
  * its command-line range. 0, or 1 after printing what is wrong. */
