@@ -260,7 +260,7 @@ static bool reads_input_data(tg_op op)
     case TG_OP_SIGMOID: case TG_OP_TO_DTYPE: case TG_OP_SUM: case TG_OP_MEAN:
     case TG_OP_TRANSPOSE: case TG_OP_PERMUTE: case TG_OP_RESHAPE: case TG_OP_NARROW:
     case TG_OP_EXPAND: case TG_OP_CONCAT: case TG_OP_CONTIGUOUS: case TG_OP_SOFTMAX:
-    case TG_OP_LOG_SOFTMAX: case TG_OP_MASKED_FILL: case TG_OP_DROPOUT:
+    case TG_OP_LOG_SOFTMAX: case TG_OP_MASKED_FILL: case TG_OP_DROPOUT: case TG_OP_ROPE:
         return false;
     default:
         return true;

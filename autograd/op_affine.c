@@ -7,6 +7,7 @@
  * apart from the output. Backward: dx = dy @ weight, dweight = dy^T @ x (summed
  * over every leading dim), dbias = dy summed over the rows. The GEMMs are in
  * tensor/gemm*.c, the bias rows in tensor/affine_kernels.c. */
+#include "affine.h"
 #include "affine_kernels.h"
 #include "gemm.h"
 #include "graph.h"
@@ -17,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int check_args(const char *fn, const tg_tensor *x, const tg_tensor *w,
-                      const tg_tensor *b)
+int tg__affine_check(const char *fn, const tg_tensor *x, const tg_tensor *w,
+                     const tg_tensor *b)
 {
     if (tg__check_float(fn, x) < 0 || tg__check_float(fn, w) < 0 ||
         (b && tg__check_float(fn, b) < 0))
@@ -79,8 +80,8 @@ static int fused_weight_and_bias_grads(const tg_tensor *gc, const tg_tensor *xv,
  * unless db is NULL (gc contiguous [rows, out], xv [rows, in]): in float32
  * both from one pass of the packed kernel where it takes the shape, else
  * apart. 0, or -1 when out of memory. */
-static int weight_and_bias_grads(const tg_tensor *gc, const tg_tensor *xv, int64_t rows,
-                                 int64_t out, int64_t in, tg_tensor *dw, tg_tensor **db)
+int tg__affine_param_grads(const tg_tensor *gc, const tg_tensor *xv, int64_t rows, int64_t out,
+                           int64_t in, tg_tensor *dw, tg_tensor **db)
 {
     int rc = dw && db && xv->dtype == TG_FLOAT32
                  ? fused_weight_and_bias_grads(gc, xv, rows, out, in, dw, db)
@@ -99,8 +100,8 @@ static int weight_and_bias_grads(const tg_tensor *gc, const tg_tensor *xv, int64
  * gradient the engine holds), else into a new *dxv (owned by the caller);
  * dw and db into grads[wi] and grads[wi+1] as the node needs them. 0, or -1
  * when out of memory. */
-static int product_grads(tg_node *n, int wi, const tg_tensor *gy, const tg_tensor *xv,
-                         bool want_dxv, tg_tensor *into, tg_tensor **dxv, tg_tensor **grads)
+int tg__affine_grads(tg_node *n, int wi, const tg_tensor *gy, const tg_tensor *xv, bool want_dxv,
+                     tg_tensor *into, tg_tensor **dxv, tg_tensor **grads)
 {
     const tg_tensor *w = n->inputs[wi];
     const bool *needs = n->needs + wi;
@@ -121,7 +122,7 @@ static int product_grads(tg_node *n, int wi, const tg_tensor *gy, const tg_tenso
         rc = -1;
     /* dw unless the region above made it, and dbias */
     if (rc == 0)
-        rc = weight_and_bias_grads(gc, xv, rows, out, in, both ? NULL : dw,
+        rc = tg__affine_param_grads(gc, xv, rows, out, in, both ? NULL : dw,
                                    needs[1] ? &grads[1] : NULL);
     tg_release(gc);
     tg_release(wc);
@@ -145,7 +146,7 @@ static int affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 {
     tg_tensor *xc = tg__contiguous(n->inputs[0]), *dx = NULL;
     tg_tensor *into = n->needs[0] ? tg__grad_owned(n, 0) : NULL;
-    int rc = xc ? product_grads(n, 1, g, xc, n->needs[0], into, &dx, grads) : -1;
+    int rc = xc ? tg__affine_grads(n, 1, g, xc, n->needs[0], into, &dx, grads) : -1;
     tg_release(xc);
     grads[0] = into && rc == 0 ? TG_GRAD_ADDED : dx ? tg__ret(dx) : NULL;
     return rc;
@@ -198,11 +199,16 @@ static tg_tensor *product(const tg_tensor *xc, const tg_tensor *weight, const tg
     return y;
 }
 
+tg_tensor *tg__affine_product(const tg_tensor *xc, const tg_tensor *weight, const tg_tensor *bias)
+{
+    return product(xc, weight, bias, -1);
+}
+
 tg_tensor *tg_affine(const tg_tensor *x, const tg_tensor *weight, const tg_tensor *bias)
 {
     TG_CHECK_NULL(x);
     TG_CHECK_NULL(weight);
-    if (check_args("tg_affine", x, weight, bias) < 0)
+    if (tg__affine_check("tg_affine", x, weight, bias) < 0)
         return NULL;
     tg_tensor *xc = tg__contiguous(x);
     tg_tensor *y = xc ? product(xc, weight, bias, -1) : NULL;
@@ -287,7 +293,7 @@ static int gelu_affine_whole(tg_node *n, const tg_tensor *hc, const tg_tensor *g
     if (rc == 0) {
         tg__gelu_with_grad(TG_FLOAT32, n->iargs[0] == TG_GELU_TANH, tg__ptr(hc), tg__ptr(a),
                            tg__ptr(dh), rows * in);
-        rc = weight_and_bias_grads(gc, a, rows, out, in, dw, db);
+        rc = tg__affine_param_grads(gc, a, rows, out, in, dw, db);
     }
     tg_release(a);
     return rc;
@@ -345,7 +351,7 @@ tg_tensor *tg_gelu_affine(const tg_tensor *h, tg_gelu_kind kind, const tg_tensor
     TG_CHECK_NULL(weight);
     if (kind != TG_GELU_ERF && kind != TG_GELU_TANH)
         return tg__fail(TG_ERR_VALUE, "tg_gelu_affine: unknown GELU kind %d", (int)kind);
-    if (check_args("tg_gelu_affine", h, weight, bias) < 0)
+    if (tg__affine_check("tg_gelu_affine", h, weight, bias) < 0)
         return NULL;
     tg_tensor *hc = tg__contiguous(h);
     tg_tensor *y = hc ? product(hc, weight, bias, kind) : NULL;
@@ -396,7 +402,7 @@ static int layer_norm_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor 
     tg_tensor *xc = tg__contiguous(n->inputs[0]), *y[3] = {NULL, NULL, NULL}, *dy = NULL;
     int rc = xc ? normalise(xc, lw, lb, n->args[0], y) : -1;
     if (rc == 0)
-        rc = product_grads(n, 3, g, y[0], need_dy, NULL, &dy, grads);
+        rc = tg__affine_grads(n, 3, g, y[0], need_dy, NULL, &dy, grads);
     tg_release(y[0]); /* before the norm's gradients, which need one buffer of x's size */
     if (rc == 0 && dy)
         rc = tg__layer_norm_grads(dy, xc, 1, lw, lb, y[1], y[2], n->needs, grads);
@@ -414,7 +420,7 @@ tg_tensor *tg_layer_norm_affine(const tg_tensor *x, const tg_tensor *ln_weight,
     static const char fn[] = "tg_layer_norm_affine";
     TG_CHECK_NULL(x);
     TG_CHECK_NULL(weight);
-    if (check_args(fn, x, weight, bias) < 0 ||
+    if (tg__affine_check(fn, x, weight, bias) < 0 ||
         tg__layer_norm_check(fn, x, 1, ln_weight, ln_bias, eps) < 0)
         return NULL;
     tg_tensor *xc = tg__contiguous(x), *y[3] = {NULL, NULL, NULL};

@@ -287,6 +287,18 @@ tg_tensor *tg_gelu(const tg_tensor *x, tg_gelu_kind kind)
     return out;
 }
 
+/* silu(x) = x * sigmoid(x); its gradient reads x. */
+static int silu_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
+{
+    grads[0] = grad_kernel(g, n->inputs[0], TG_BIN_SILU_GRAD);
+    return 0;
+}
+
+tg_tensor *tg_silu(const tg_tensor *x)
+{
+    return unary_op(__func__, x, TG_UN_SILU, 0, TG_OP_SILU, silu_backward, NULL);
+}
+
 /* ---- dtype conversion ------------------------------------------------------ */
 
 static int to_dtype_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)

@@ -373,7 +373,7 @@ static int bench_generate(int threads)
     int64_t n = quick ? 10 : NEW, out[NEW + 1], prompt[1] = {0};
     tg_rng *rng = tg_rng_new(0);
     tg_gpt *model = tg_gpt_new(&gpt_medium.config, TG_FLOAT32, rng);
-    tg_sample_options opts = {1.0, 0, true};
+    tg_sample_options opts = {.temperature = 1.0, .greedy = true, .slide = true};
     bool was = tg_set_grad_enabled(false);
     double dt = -1;
     if (model) {

@@ -25,7 +25,7 @@ static const char usage_text[] =
     "                 [--batch N] [--lr X] [--seed N] [--eval-every N] [--out FILE]\n"
     "                 [--svg FILE] [--resume FILE] [--stop-at STEP] [--save-every N]\n"
     "       gpt sample --ckpt FILE [--prompt TEXT] [--tokens N] [--temperature T]\n"
-    "                  [--top-k K] [--seed N] [--greedy]\n"
+    "                  [--top-k K] [--top-p P] [--seed N] [--greedy]\n"
     "       gpt [train|sample] --help\n"
     "Without --data, train learns 3-digit addition (a task it makes up itself) and\n"
     "reports exact-match accuracy on problems it never trained on. --data takes a\n"
@@ -35,14 +35,17 @@ static const char usage_text[] =
     "500 steps; 0 saves only at the end) and at the end. Ctrl-C or SIGTERM stops\n"
     "after the current step, saves, and exits with 130 or 143; --resume FILE\n"
     "continues bit for bit. --out and --svg must not be --data, --resume (--svg)\n"
-    "or each other. Exit codes: 0 done, 1 failed, 2 bad command line.\n";
+    "or each other. sample keeps, after --temperature and --top-k, the fewest most\n"
+    "likely characters whose probabilities sum to at least --top-p (0 or 1 keeps\n"
+    "all), and slides its window past the model's context.\n"
+    "Exit codes: 0 done, 1 failed, 2 bad command line.\n";
 
 /* ---- the command line -------------------------------------------------------- */
 
 typedef struct {
     const char *data, *config, *out, *svg, *resume, *ckpt, *prompt;
     int64_t steps, batch, seed, eval_every, stop_at, save_every, tokens, top_k;
-    double lr, temperature;
+    double lr, temperature, top_p;
     bool greedy, set_steps, set_batch, set_lr;
 } options;
 
@@ -86,6 +89,7 @@ static const gpt_range save_every_range = {"--save-every", 0, 10000000, true};
 static const gpt_range tokens_range = {"--tokens", 0, 1000000, true};
 static const gpt_range top_k_range = {"--top-k", 0, 1000000, true};
 static const gpt_range temperature_range = {"--temperature", 1e-6, 1e6, false};
+static const gpt_range top_p_range = {"--top-p", 0, 1, false};
 
 /* The whole of s as a number in r; integers are read as integers, so that
  * a seed keeps all its digits. */
@@ -110,7 +114,8 @@ static int parse_options(int argc, char **argv, bool train, options *o)
                                              "--lr", "--eval-every", "--out", "--svg",
                                              "--resume", "--stop-at", "--save-every", NULL};
     static const char *const sample_only[] = {"--ckpt", "--prompt", "--tokens",
-                                              "--temperature", "--top-k", "--greedy", NULL};
+                                              "--temperature", "--top-k", "--top-p",
+                                              "--greedy", NULL};
     for (int i = 2; i < argc; i++) {
         const char *name = argv[i];
         if (!strcmp(name, "--help") || !strcmp(name, "-h"))
@@ -148,6 +153,7 @@ static int parse_options(int argc, char **argv, bool train, options *o)
         else if (!strcmp(name, "--tokens")) r = &tokens_range, iv = &o->tokens;
         else if (!strcmp(name, "--top-k")) r = &top_k_range, iv = &o->top_k;
         else if (!strcmp(name, "--temperature")) r = &temperature_range, dv = &o->temperature;
+        else if (!strcmp(name, "--top-p")) r = &top_p_range, dv = &o->top_p;
         int64_t parsed = 0;
         if (r && !parse_number(v, r, dv, &parsed)) {
             gpt_range_error(r, "", escaped(v, e, sizeof e));
@@ -711,7 +717,9 @@ static int cmd_sample(int argc, char **argv)
     if (!rc)
         rc = encode_prompt(&d, o.prompt, ids);
     tg_rng *rng = tg_rng_new((uint64_t)o.seed);
-    tg_sample_options so = {.temperature = o.temperature, .top_k = o.top_k, .greedy = o.greedy};
+    /* past the model's context the window slides, as nanoGPT's sample.py does */
+    tg_sample_options so = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p,
+                            .greedy = o.greedy, .slide = true};
     if (!rc) {
         fputs(o.prompt, stdout);
         fflush(stdout);

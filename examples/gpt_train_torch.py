@@ -1,6 +1,9 @@
 """The run `gpt train --data FILE` does, in PyTorch, to compare validation losses.
 
-Same model (GPT-2 blocks, tied head, GPT-2 init), same data handling (bytes,
+Same model (GPT-2 blocks, tied head, GPT-2 init; or with --arch llama the
+Llama of examples/llama_torch.py: RMSNorm, RoPE (theta 10000, pairing half),
+grouped-query attention, SwiGLU, bias-free, head tied to the embedding,
+Hugging Face's init), same data handling (bytes,
 vocabulary = the file's distinct bytes, 90/10 split), same optimiser (AdamW
 betas 0.9/0.99, eps 1e-8, weight decay 0.1 on every parameter, gradients
 clipped to norm 1), same schedule (linear warmup over min(steps/10, 100)
@@ -8,20 +11,30 @@ steps, then cosine down to lr/10) and the same validation set (256 windows
 spread evenly over the validation split). Only the random numbers differ.
 
     /usr/bin/python3 examples/gpt_train_torch.py --data FILE --config small \
-        --batch 32 --lr 1e-3 --steps 3000 --seed 1337
+        --batch 32 --lr 1e-3 --steps 3000 --seed 1337 [--arch llama]
 """
 import argparse
 import math
+import os
+import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_torch import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
 CONFIGS = {  # context, layers, heads, width: the shapes examples/gpt.c uses
     "tiny": (16, 1, 2, 32),
     "small": (64, 4, 4, 128),
     "medium": (256, 6, 6, 384),
+}
+LLAMA_CONFIGS = {  # context, layers, heads, kv heads, width, SwiGLU hidden (as gpt.c --arch llama)
+    "tiny": (16, 1, 2, 1, 32, 96),
+    "small": (64, 4, 4, 2, 128, 384),
+    "medium": (256, 6, 6, 2, 384, 1024),
 }
 
 
@@ -84,6 +97,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--eval-every", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--arch", default="gpt", choices=["gpt", "llama"])
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
@@ -95,7 +109,21 @@ def main():
     n_val = len(data) // 10
     n_train = len(data) - n_val
     T, layers, heads, d = CONFIGS[args.config]
-    model = GPT(len(chars), T, layers, heads, d)
+    with torch.random.fork_rng():  # counted only: the GPT run draws the same numbers
+        gpt_params = sum(p.numel() for p in GPT(len(chars), T, layers, heads, d).parameters())
+    if args.arch == "llama":
+        T, layers, heads, kv_heads, d, hidden = LLAMA_CONFIGS[args.config]
+        llama = LlamaForCausalLM(LlamaConfig(
+            vocab_size=len(chars), block_size=T, n_layer=layers, n_head=heads,
+            n_kv_head=kv_heads, n_embd=d, hidden=hidden, rope_theta=10000.0, norm_eps=1e-5,
+            tie=True, pairing="half"))
+        model, shape = llama, f"{heads} heads, {kv_heads} kv heads, d {d}, hidden {hidden}"
+
+        def forward(x):
+            return llama(x)[0]
+    else:
+        model = GPT(len(chars), T, layers, heads, d)
+        forward, shape = model, f"{heads} heads, d {d}"
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), eps=1e-8,
                             weight_decay=0.1)
     warmup = min(args.steps // 10, 100)
@@ -108,11 +136,12 @@ def main():
 
     def validation_loss():
         with torch.no_grad():
-            logits = model(val_x)
+            logits = forward(val_x)
             return F.cross_entropy(logits.view(-1, logits.shape[-1]), val_y.view(-1)).item()
 
-    print(f"vocab {len(chars)}, context {T}, {layers} layers, {heads} heads, d {d}, "
-          f"{sum(p.numel() for p in model.parameters())} parameters")
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"vocab {len(chars)}, context {T}, {layers} layers, {shape}, {n_params} parameters"
+          + (f" (the GPT of config {args.config}: {gpt_params})" if args.arch == "llama" else ""))
     start = time.time()
     for step in range(args.steps):
         for group in opt.param_groups:
@@ -120,7 +149,7 @@ def main():
         at = torch.randint(0, n_train - T, (args.batch,))
         x = torch.stack([data[s:s + T] for s in at])
         y = torch.stack([data[s + 1:s + T + 1] for s in at])
-        logits = model(x)
+        logits = forward(x)
         loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()

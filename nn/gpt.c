@@ -8,6 +8,8 @@
 #include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
+#include "sample.h"
+
 /* One transformer block; Linear weights are [out, in]. */
 typedef struct {
     tg_layer_norm_module *ln_1, *ln_2;
@@ -481,80 +483,6 @@ static int next_logits(const tg_gpt *m, const int64_t *tokens, int64_t T, kv_cac
     return rc;
 }
 
-static int descending(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x < y) - (x > y);
-}
-
-/* Picks a token from logits [V] (overwritten): argmax, or a draw from
- * softmax(logits / temperature) restricted to the top_k largest (ties with
- * the k-th kept, as in nanoGPT) by inverse CDF. scratch holds V doubles. */
-static int64_t sample(double *logits, int64_t V, const tg_sample_options *o, tg_rng *rng,
-                      double *scratch)
-{
-    int64_t best = 0;
-    for (int64_t i = 1; i < V; i++)
-        if (logits[i] > logits[best])
-            best = i;
-    if (o->greedy)
-        return best;
-    for (int64_t i = 0; i < V; i++)
-        logits[i] /= o->temperature;
-    if (o->top_k > 0 && o->top_k < V) {
-        memcpy(scratch, logits, (size_t)V * sizeof *scratch);
-        qsort(scratch, (size_t)V, sizeof *scratch, descending);
-        double kth = scratch[o->top_k - 1];
-        for (int64_t i = 0; i < V; i++)
-            if (logits[i] < kth)
-                logits[i] = -INFINITY;
-    }
-    double top = logits[best], total = 0;
-    for (int64_t i = 0; i < V; i++)
-        total += logits[i] = exp(logits[i] - top);
-    double u = tg_rng_uniform01(rng) * total, cum = 0;
-    int64_t last = best;
-    for (int64_t i = 0; i < V; i++) {
-        if (logits[i] > 0)
-            last = i;
-        cum += logits[i];
-        if (u < cum)
-            return i;
-    }
-    return last; /* rounding left u at the very top */
-}
-
-static int check_generate(const tg_gpt *m, const int64_t *prompt, int64_t prompt_len,
-                          int64_t n, const tg_sample_options *o, const tg_rng *rng)
-{
-    const char *fn = "tg_gpt_generate";
-    int64_t V = m->config.vocab_size;
-    if (prompt_len < 1 || n < 0 || n > INT64_MAX - prompt_len) {
-        tg_fail(TG_ERR_VALUE, "%s: prompt_len = %lld must be >= 1 and n = %lld >= 0", fn,
-                (long long)prompt_len, (long long)n);
-        return -1;
-    }
-    for (int64_t i = 0; i < prompt_len; i++)
-        if (prompt[i] < 0 || prompt[i] >= V) {
-            tg_fail(TG_ERR_INDEX, "%s: prompt[%lld] = %lld is outside [0, vocab_size %lld)",
-                     fn, (long long)i, (long long)prompt[i], (long long)V);
-            return -1;
-        }
-    if (o->top_k < 0) {
-        tg_fail(TG_ERR_VALUE, "%s: top_k = %lld is negative", fn, (long long)o->top_k);
-        return -1;
-    }
-    if (!o->greedy && !(o->temperature > 0)) {
-        tg_fail(TG_ERR_VALUE, "%s: temperature = %g must be positive", fn, o->temperature);
-        return -1;
-    }
-    if (!o->greedy && !rng) {
-        tg_fail(TG_ERR_NULL, "%s: rng is NULL (needed unless greedy)", fn);
-        return -1;
-    }
-    return 0;
-}
-
 static void free_caches(kv_cache *c, int64_t n_layer)
 {
     for (int64_t l = 0; c && l < n_layer; l++) {
@@ -564,22 +492,49 @@ static void free_caches(kv_cache *c, int64_t n_layer)
     free(c);
 }
 
-static kv_cache *new_caches(const tg_gpt *m)
+/* The shape [n_head, block_size, head_dim] of one layer's keys (and of its
+ * values): what new_caches allocates and tg_gpt_kv_cache_bytes counts. */
+static void cache_shape(const tg_gpt *m, int64_t shape[3])
 {
     const tg_gpt_config *c = &m->config;
-    int64_t shape[3] = {c->n_head, c->block_size, c->n_embd / c->n_head};
-    kv_cache *kv = calloc((size_t)c->n_layer, sizeof *kv);
+    shape[0] = c->n_head;
+    shape[1] = c->block_size;
+    shape[2] = c->n_embd / c->n_head;
+}
+
+int64_t tg_gpt_kv_cache_bytes(const tg_gpt *m)
+{
+    TG_CHECK_ARG_STATUS(m);
+    int64_t shape[3], bytes = (int64_t)tg_dtype_size(tg_dtype_of(m->wte->weight));
+    cache_shape(m, shape);
+    int64_t factors[5] = {m->config.n_layer, 2, shape[0], shape[1], shape[2]};
+    for (int i = 0; i < 5; i++)
+        if (__builtin_mul_overflow(bytes, factors[i], &bytes)) {
+            tg_fail(TG_ERR_VALUE, "tg_gpt_kv_cache_bytes: n_layer %lld * 2 * [%lld, %lld, "
+                    "%lld] elements overflow int64", (long long)factors[0],
+                    (long long)shape[0], (long long)shape[1], (long long)shape[2]);
+            return -1;
+        }
+    return bytes;
+}
+
+/* n_layer caches of keys and values, zeros, each cache_shape. */
+static kv_cache *new_caches(const tg_gpt *m)
+{
+    int64_t n_layer = m->config.n_layer, shape[3];
+    cache_shape(m, shape);
+    kv_cache *kv = calloc((size_t)n_layer, sizeof *kv);
     if (!kv)
         return tg_fail(TG_ERR_NOMEM, "tg_gpt_generate: out of memory for the KV cache");
     tg_dtype dtype = tg_dtype_of(m->wte->weight);
     /* A private scope, so that an enclosing one does not take the caches. */
     tg_scope_begin();
-    for (int64_t l = 0; l < c->n_layer; l++) {
+    for (int64_t l = 0; l < n_layer; l++) {
         kv[l].k = tg_retain(tg_zeros(dtype, 3, shape));
         kv[l].v = kv[l].k ? tg_retain(tg_zeros(dtype, 3, shape)) : NULL;
         if (!kv[l].v) {
             tg_scope_end();
-            free_caches(kv, c->n_layer);
+            free_caches(kv, n_layer);
             return NULL;
         }
     }
@@ -605,21 +560,19 @@ int tg_gpt_generate_each(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, i
     TG_CHECK_ARG_STATUS(prompt);
     TG_CHECK_ARG_STATUS(opts);
     TG_CHECK_ARG_STATUS(out);
-    if (check_generate(m, prompt, prompt_len, n, opts, rng) < 0)
+    int64_t V = m->config.vocab_size, block = m->config.block_size;
+    if (tg__sample_check("tg_gpt_generate", prompt, prompt_len, n, opts, rng, V, block) < 0)
         return -1;
     memmove(out, prompt, (size_t)prompt_len * sizeof *out);
     if (n == 0)
         return 0;
-    int64_t V = m->config.vocab_size, block = m->config.block_size;
-    double *row = malloc((size_t)V * sizeof *row), *scratch = malloc((size_t)V * sizeof *row);
-    kv_cache *caches = row && scratch ? new_caches(m) : NULL;
+    tg__sampler *s = tg__sampler_new(V, "tg_gpt_generate");
+    kv_cache *caches = s ? new_caches(m) : NULL;
     if (!caches) {
-        free(row);
-        free(scratch);
-        if (tg_error_code() == TG_OK)
-            tg_fail(TG_ERR_NOMEM, "tg_gpt_generate: out of memory");
+        tg__sampler_free(s);
         return -1;
     }
+    double *row = tg__sampler_row(s);
     bool was = tg_set_grad_enabled(false);
     int64_t len = prompt_len, w = len > block ? len - block : 0, cached = 0;
     int rc = 0;
@@ -631,13 +584,12 @@ int tg_gpt_generate_each(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, i
         rc = next_logits(m, out + w + cached, len - w - cached, caches, cached, row);
         cached = len - w;
         if (rc == 0)
-            out[len++] = sample(row, V, opts, rng, scratch);
+            out[len++] = tg__sampler_pick(s, opts, rng);
         if (rc == 0 && on_token && on_token(out[len - 1], ctx))
             break;
     }
     tg_set_grad_enabled(was);
     free_caches(caches, m->config.n_layer);
-    free(row);
-    free(scratch);
+    tg__sampler_free(s);
     return rc;
 }

@@ -19,6 +19,7 @@ typedef enum {
     TG_BIN_RELU_GRAD,      /* b = relu input: b > 0 ? a : 0 */
     TG_BIN_GELU_ERF_GRAD,  /* b = gelu input */
     TG_BIN_GELU_TANH_GRAD, /* b = gelu input */
+    TG_BIN_SILU_GRAD,      /* b = silu input: a * s (1 + b (1 - s)), s = sigmoid(b) */
 } tg__binary_kind;
 
 /* Elementwise functions of one operand and a scalar argument. */
@@ -32,6 +33,7 @@ typedef enum {
     TG_UN_RELU,
     TG_UN_GELU_ERF,
     TG_UN_GELU_TANH,
+    TG_UN_SILU,       /* x * sigmoid(x) */
     TG_UN_ADD_SCALAR, /* x + arg */
     TG_UN_MUL_SCALAR, /* x * arg */
     TG_UN_POW_SCALAR, /* x ^ arg */

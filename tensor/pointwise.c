@@ -28,6 +28,33 @@ static inline double gelu_tanh_grad(double x)
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
 }
 
+/* sigmoid without overflow: exp of a non-positive argument only. */
+static inline double sigmoid(double x)
+{
+    return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
+}
+
+/* d/dx x sigmoid(x) = s (1 + x (1 - s)): at |x| = 1e4, s is 0 or 1 and the
+ * result 0 or 1, never inf * 0. */
+static inline double silu_grad(double x)
+{
+    double s = sigmoid(x);
+    return s * (1.0 + x * (1.0 - s));
+}
+
+/* float32 SiLU and its derivative on the vectorisable exp: exp(-x)
+ * overflows to inf for x < -88, where 1 / (1 + inf) is the 0 it should be. */
+static inline float silu_f32(float x)
+{
+    return x / (1.0f + tg__expf(-x));
+}
+
+static inline float silu_grad_f32(float x)
+{
+    float s = 1.0f / (1.0f + tg__expf(-x));
+    return s * (1.0f + x * (1.0f - s));
+}
+
 /* float32 GELU (tanh form) and its derivative on the vectorisable tanh:
  * their error is absolute, about 1e-7, well inside float's own rounding of
  * the surrounding arithmetic. */
@@ -55,6 +82,7 @@ static inline float gelu_tanh_grad_f32(float x)
      : (kind) == TG_BIN_SIGMOID_GRAD ? (x) * (y) * (1 - (y))                  \
      : (kind) == TG_BIN_RELU_GRAD    ? ((y) > 0 ? (x) : 0)                    \
      : (kind) == TG_BIN_GELU_ERF_GRAD ? (x) * gelu_erf_grad(y)                \
+     : (kind) == TG_BIN_SILU_GRAD      ? (x) * silu_grad(y)                   \
                                       : (x) * gelu_tanh_grad(y))
 
 /* A loop per kind lets the compiler fold the kind test out of the loop. */
@@ -92,6 +120,7 @@ static inline float gelu_tanh_grad_f32(float x)
             BINARY_LOOP(T, TG_BIN_RELU_GRAD)                                  \
             BINARY_LOOP(T, TG_BIN_GELU_ERF_GRAD)                              \
             BINARY_LOOP(T, TG_BIN_GELU_TANH_GRAD)                             \
+            BINARY_LOOP(T, TG_BIN_SILU_GRAD)                                  \
         }                                                                     \
     } while (0)
 
@@ -106,6 +135,7 @@ static void binary_f32(tg__binary_kind kind, float *restrict o, const float *res
     case KIND:                                                                \
         for (int64_t i = 0; i < n; i++)                                       \
             o[i] = KIND == TG_BIN_GELU_TANH_GRAD ? a[i] * gelu_tanh_grad_f32(b[i])       \
+                   : KIND == TG_BIN_SILU_GRAD    ? a[i] * silu_grad_f32(b[i])            \
                                                  : (float)BINARY_EXPR(KIND, a[i], b[i]); \
         break;
         F32_CASE(TG_BIN_ADD)
@@ -117,6 +147,7 @@ static void binary_f32(tg__binary_kind kind, float *restrict o, const float *res
         F32_CASE(TG_BIN_RELU_GRAD)
         F32_CASE(TG_BIN_GELU_ERF_GRAD)
         F32_CASE(TG_BIN_GELU_TANH_GRAD)
+        F32_CASE(TG_BIN_SILU_GRAD)
 #undef F32_CASE
     }
 }
@@ -206,10 +237,11 @@ static inline double unary_eval(tg__unary_kind kind, double x, double arg)
     case TG_UN_LOG: return log(x);
     case TG_UN_SQRT: return sqrt(x);
     case TG_UN_TANH: return tanh(x);
-    case TG_UN_SIGMOID: return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
+    case TG_UN_SIGMOID: return sigmoid(x);
     case TG_UN_RELU: return x > 0 ? x : 0.0;
     case TG_UN_GELU_ERF: return 0.5 * x * (1.0 + erf(x * M_SQRT1_2));
     case TG_UN_GELU_TANH: return gelu_tanh(x);
+    case TG_UN_SILU: return x * sigmoid(x);
     case TG_UN_ADD_SCALAR: return x + arg;
     case TG_UN_MUL_SCALAR: return x * arg;
     case TG_UN_POW_SCALAR: return pow(x, arg);
@@ -253,6 +285,7 @@ static inline double unary_eval(tg__unary_kind kind, double x, double arg)
             UNARY_LOOP(T, TG_UN_RELU)                                         \
             UNARY_LOOP(T, TG_UN_GELU_ERF)                                     \
             UNARY_LOOP(T, TG_UN_GELU_TANH)                                    \
+            UNARY_LOOP(T, TG_UN_SILU)                                         \
             UNARY_LOOP(T, TG_UN_ADD_SCALAR)                                   \
             UNARY_LOOP(T, TG_UN_MUL_SCALAR)                                   \
             UNARY_LOOP(T, TG_UN_POW_SCALAR)                                   \
@@ -267,6 +300,7 @@ static inline float unary_eval_f32(tg__unary_kind kind, float x, double arg)
     case TG_UN_EXP: return tg__expf(x);
     case TG_UN_SIGMOID: return 1.0f / (1.0f + tg__expf(-x));
     case TG_UN_GELU_TANH: return gelu_tanh_f32(x);
+    case TG_UN_SILU: return silu_f32(x);
     default: return (float)unary_eval(kind, x, arg);
     }
 }
@@ -290,6 +324,7 @@ static void unary_f32(tg__unary_kind kind, float *restrict o, const float *restr
         F32_CASE(TG_UN_RELU)
         F32_CASE(TG_UN_GELU_ERF)
         F32_CASE(TG_UN_GELU_TANH)
+        F32_CASE(TG_UN_SILU)
         F32_CASE(TG_UN_ADD_SCALAR)
         F32_CASE(TG_UN_MUL_SCALAR)
         F32_CASE(TG_UN_POW_SCALAR)

@@ -24,6 +24,7 @@ CASES(matmul)
 CASES(shape)
 CASES(nn)
 CASES(sdpa_fused)
+CASES(rope)
 #undef CASES
 
 /* A float64 tensor of normal values. */

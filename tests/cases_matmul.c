@@ -2,8 +2,9 @@
  * broadcast batch dims, and operands that are transposed, sliced or
  * expanded views (read in place or copied by the forward); tg_affine with
  * and without a bias, on 1-D, 2-D, 3-D and transposed inputs;
- * tg_gelu_affine with either GELU; and tg_layer_norm_affine with and
- * without its four parameters. */
+ * tg_gelu_affine with either GELU; tg_layer_norm_affine with and
+ * without its four parameters; tg_rms_norm_affine and tg_swiglu_affine with
+ * and without their optional parameters, on 3-D and transposed inputs. */
 #include "cases.h"
 
 static int two_inputs(tg_tensor **in, tg_rng *rng, int na, const int64_t *sa, int nb,
@@ -172,6 +173,74 @@ static tg_tensor *f_ln_affine_bare(tg_tensor *const *x, int n, void *c)
     return tg_sum(tg_mul(y, tg_tanh(y)), NULL, 0, false);
 }
 
+/* x, norm weight [4], weight [5, 4], bias [5]. */
+static int rms_affine_inputs(tg_tensor **in, tg_rng *rng, int nx, const int64_t *sx)
+{
+    in[0] = gc_randn(rng, nx, sx);
+    in[1] = gc_randn(rng, 1, (const int64_t[]){4});
+    in[2] = gc_randn(rng, 2, (const int64_t[]){5, 4});
+    in[3] = gc_randn(rng, 1, (const int64_t[]){5});
+    return 4;
+}
+static int rms_affine_batch(tg_tensor **in, tg_rng *rng)
+{
+    return rms_affine_inputs(in, rng, 3, (const int64_t[]){2, 3, 4});
+}
+/* x stored [4, 3], read transposed as [3, 4]. */
+static int rms_affine_stored_t(tg_tensor **in, tg_rng *rng)
+{
+    return rms_affine_inputs(in, rng, 2, (const int64_t[]){4, 3});
+}
+
+static tg_tensor *f_rms_affine(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    tg_tensor *y = tg_rms_norm_affine(x[0], x[1], LN_EPS, x[2], x[3]);
+    return tg_sum(tg_mul(y, y), NULL, 0, false);
+}
+
+/* Without the norm's weight or the bias: those inputs get no gradient. */
+static tg_tensor *f_rms_affine_bare(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    tg_tensor *y = tg_rms_norm_affine(tg_transpose(x[0], 0, 1), NULL, LN_EPS, x[2], NULL);
+    return tg_sum(tg_mul(y, tg_tanh(y)), NULL, 0, false);
+}
+
+/* gate and up [..., 4], weight [5, 4], bias [5]. */
+static int swiglu_affine_inputs(tg_tensor **in, tg_rng *rng, int nx, const int64_t *sx)
+{
+    in[0] = gc_randn(rng, nx, sx);
+    in[1] = gc_randn(rng, nx, sx);
+    in[2] = gc_randn(rng, 2, (const int64_t[]){5, 4});
+    in[3] = gc_randn(rng, 1, (const int64_t[]){5});
+    return 4;
+}
+static int swiglu_affine_batch(tg_tensor **in, tg_rng *rng)
+{
+    return swiglu_affine_inputs(in, rng, 3, (const int64_t[]){2, 3, 4});
+}
+/* gate and up stored [4, 3]: gate read transposed, up through a copy. */
+static int swiglu_affine_stored_t(tg_tensor **in, tg_rng *rng)
+{
+    return swiglu_affine_inputs(in, rng, 2, (const int64_t[]){4, 3});
+}
+
+static tg_tensor *f_swiglu_affine(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    tg_tensor *y = tg_swiglu_affine(x[0], x[1], x[2], x[3]);
+    return tg_sum(tg_mul(y, y), NULL, 0, false);
+}
+
+static tg_tensor *f_swiglu_affine_transposed_no_bias(tg_tensor *const *x, int n, void *c)
+{
+    (void)n, (void)c;
+    tg_tensor *y = tg_swiglu_affine(tg_transpose(x[0], 0, 1),
+                                    tg_contiguous(tg_transpose(x[1], 0, 1)), x[2], NULL);
+    return tg_sum(tg_mul(y, tg_tanh(y)), NULL, 0, false);
+}
+
 const gc_case cases_matmul[] = {
     {"matmul_2d", f_matmul, mat_mat, 0, 0},
     {"matmul_vec_mat", f_matmul, vec_mat, 0, 0},
@@ -196,5 +265,10 @@ const gc_case cases_matmul[] = {
     {"gelu_affine_erf_transposed_no_bias", f_gelu_affine_erf_no_bias, affine_stored_t, 0, 0},
     {"layer_norm_affine_batch", f_ln_affine, ln_affine_batch, 0, 0},
     {"layer_norm_affine_transposed_bare", f_ln_affine_bare, ln_affine_stored_t, 0, 0},
+    {"rms_norm_affine_batch", f_rms_affine, rms_affine_batch, 0, 0},
+    {"rms_norm_affine_transposed_bare", f_rms_affine_bare, rms_affine_stored_t, 0, 0},
+    {"swiglu_affine_batch", f_swiglu_affine, swiglu_affine_batch, 0, 0},
+    {"swiglu_affine_transposed_no_bias", f_swiglu_affine_transposed_no_bias,
+     swiglu_affine_stored_t, 0, 0},
 };
 const int n_cases_matmul = sizeof cases_matmul / sizeof cases_matmul[0];

@@ -1,6 +1,7 @@
-/* Gradient-check cases for layer_norm, embedding and the losses: affine and
- * plain layer norms over one and two dims, transposed inputs, repeated
- * embedding indices, and cross-entropy with an ignored target. */
+/* Gradient-check cases for layer_norm, rms_norm, swiglu, embedding and the
+ * losses: affine and plain layer norms over one and two dims, RMS norms with
+ * and without a weight, transposed inputs, repeated embedding indices, and
+ * cross-entropy with an ignored target. */
 #include "cases.h"
 
 #define EPS 1e-5
@@ -74,6 +75,69 @@ static tg_tensor *f_ln_transposed(tg_tensor *const *x, int n, void *c)
 {
     (void)n; (void)c;
     return tg_layer_norm(tg_transpose(x[0], 0, 1), 1, x[1], x[2], EPS);
+}
+
+/* ---- rms_norm and swiglu ------------------------------------------------------ */
+
+static int rms_with_weight(tg_tensor **in, tg_rng *rng)
+{
+    in[0] = gc_randn(rng, 2, (int64_t[]){3, 5});
+    in[1] = gc_randn(rng, 1, (int64_t[]){5});
+    return 2;
+}
+
+static int rms_batch(tg_tensor **in, tg_rng *rng)
+{
+    in[0] = gc_randn(rng, 3, (int64_t[]){2, 3, 7});
+    return 1;
+}
+
+static tg_tensor *f_rms(tg_tensor *const *x, int n, void *c)
+{
+    (void)n; (void)c;
+    return tg_rms_norm(x[0], x[1], EPS);
+}
+static tg_tensor *f_rms_plain(tg_tensor *const *x, int n, void *c)
+{
+    (void)n; (void)c;
+    return tg_rms_norm(x[0], NULL, EPS);
+}
+/* x stored [5,3]: the op sees [3,5] with rows of stride 3. */
+static tg_tensor *f_rms_transposed(tg_tensor *const *x, int n, void *c)
+{
+    (void)n; (void)c;
+    return tg_rms_norm(tg_transpose(x[0], 0, 1), x[1], EPS);
+}
+static int rms_stored_t(tg_tensor **in, tg_rng *rng)
+{
+    in[0] = gc_randn(rng, 2, (int64_t[]){5, 3});
+    in[1] = gc_randn(rng, 1, (int64_t[]){5});
+    return 2;
+}
+
+static int swiglu_pair(tg_tensor **in, tg_rng *rng)
+{
+    in[0] = gc_randn(rng, 3, (int64_t[]){2, 3, 5});
+    in[1] = gc_randn(rng, 3, (int64_t[]){2, 3, 5});
+    return 2;
+}
+/* gate stored [5,3] and read transposed, up [3,5]. */
+static int swiglu_stored_t(tg_tensor **in, tg_rng *rng)
+{
+    in[0] = gc_randn(rng, 2, (int64_t[]){5, 3});
+    in[1] = gc_randn(rng, 2, (int64_t[]){3, 5});
+    return 2;
+}
+
+static tg_tensor *f_swiglu(tg_tensor *const *x, int n, void *c)
+{
+    (void)n; (void)c;
+    return tg_swiglu(x[0], x[1]);
+}
+static tg_tensor *f_swiglu_transposed(tg_tensor *const *x, int n, void *c)
+{
+    (void)n; (void)c;
+    return tg_swiglu(tg_transpose(x[0], 0, 1), x[1]);
 }
 
 /* ---- embedding ----------------------------------------------------------------- */
@@ -179,6 +243,11 @@ const gc_case cases_nn[] = {
     {"layer_norm_without_affine", f_ln_plain, ln_plain, 0, 0},
     {"layer_norm_weight_only", f_ln_weight_only, ln_weight_only, 0, 0},
     {"layer_norm_transposed_input", f_ln_transposed, ln_transposed, 0, 0},
+    {"rms_norm_with_weight", f_rms, rms_with_weight, 0, 0},
+    {"rms_norm_without_weight_3d", f_rms_plain, rms_batch, 0, 0},
+    {"rms_norm_transposed_input", f_rms_transposed, rms_stored_t, 0, 0},
+    {"swiglu_3d", f_swiglu, swiglu_pair, 0, 0},
+    {"swiglu_transposed_gate", f_swiglu_transposed, swiglu_stored_t, 0, 0},
     {"embedding_repeated_indices", f_emb, emb_repeated, 0, 0},
     {"embedding_2d_indices_transposed_weight", f_emb_transposed, emb_2d, 0, 0},
     {"cross_entropy", f_ce, ce_batch, 0, 0},

@@ -72,6 +72,12 @@ static tg_tensor *f_tanh(tg_tensor *const *x, int n, void *c) { (void)n; (void)c
 static tg_tensor *f_sigmoid(tg_tensor *const *x, int n, void *c) { (void)n; (void)c; return tg_sigmoid(x[0]); }
 static tg_tensor *f_relu(tg_tensor *const *x, int n, void *c) { (void)n; (void)c; return tg_relu(x[0]); }
 static tg_tensor *f_gelu_erf(tg_tensor *const *x, int n, void *c) { (void)n; (void)c; return tg_gelu(x[0], TG_GELU_ERF); }
+static tg_tensor *f_silu(tg_tensor *const *x, int n, void *c) { (void)n; (void)c; return tg_silu(x[0]); }
+static tg_tensor *f_silu_transposed(tg_tensor *const *x, int n, void *c)
+{
+    (void)n; (void)c;
+    return tg_silu(tg_transpose(x[0], 0, 1));
+}
 static tg_tensor *f_gelu_tanh(tg_tensor *const *x, int n, void *c) { (void)n; (void)c; return tg_gelu(x[0], TG_GELU_TANH); }
 /* Through float64 and back: exact both ways, so finite differences hold;
  * in the float32 check it converts float32 -> float64 -> float32. */
@@ -107,6 +113,8 @@ const gc_case cases_pointwise[] = {
     {"relu", f_relu, away_from_zero, 0, 0},
     {"gelu_erf", f_gelu_erf, one_3x4, 0, 0},
     {"gelu_tanh", f_gelu_tanh, one_3x4, 0, 0},
+    {"silu", f_silu, one_3x4, 0, 0},
+    {"silu_transposed_input", f_silu_transposed, one_3x4, 0, 0},
     {"to_dtype_round_trip", f_to_dtype, one_3x4, 0, 0},
 };
 const int n_cases_pointwise = sizeof cases_pointwise / sizeof cases_pointwise[0];

@@ -434,7 +434,7 @@ START_TEST(greedy_with_kv_cache_equals_full_recomputation_past_block_size)
     tg_gpt *m = generation_model(TG_FLOAT64);
     const int64_t prompt[] = {3, 7, 1};
     int64_t fast[3 + 14], slow[3 + 14];
-    tg_sample_options o = {.greedy = true};
+    tg_sample_options o = {.greedy = true, .slide = true};
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 3, 14, &o, NULL, fast), 0);
     slow_greedy(m, prompt, 3, 14, slow);
     for (int i = 0; i < 17; i++)
@@ -468,7 +468,7 @@ START_TEST(greedy_generation_in_float32_matches_full_recomputation)
     tg_gpt *m = generation_model(TG_FLOAT32);
     const int64_t prompt[] = {0};
     int64_t fast[1 + 10], slow[1 + 10];
-    tg_sample_options o = {.greedy = true};
+    tg_sample_options o = {.greedy = true, .slide = true};
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 1, 10, &o, NULL, fast), 0);
     slow_greedy(m, prompt, 1, 10, slow);
     for (int i = 0; i < 11; i++)
@@ -495,7 +495,7 @@ START_TEST(generate_each_reports_each_new_token_in_order_and_can_stop)
     tg_gpt *m = generation_model(TG_FLOAT32);
     const int64_t prompt[] = {3, 7, 1};
     int64_t plain[3 + 12], streamed[3 + 12] = {0};
-    tg_sample_options o = {.greedy = true};
+    tg_sample_options o = {.greedy = true, .slide = true};
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 3, 12, &o, NULL, plain), 0);
     token_log log = {.stop_after = 100};
     ck_assert_int_eq(tg_gpt_generate_each(m, prompt, 3, 12, &o, NULL, streamed, log_token, &log),
@@ -545,7 +545,7 @@ static void check_sampling(double temperature, int64_t top_k)
     const int64_t prompt[] = {2, 5};
     enum { NEW = 12 };
     int64_t got[2 + NEW], want[2 + NEW];
-    tg_sample_options o = {temperature, top_k, false};
+    tg_sample_options o = {.temperature = temperature, .top_k = top_k, .slide = true};
     tg_rng *rng = tg_rng_new(99), *ref = tg_rng_new(99);
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 2, NEW, &o, rng, got), 0);
     memcpy(want, prompt, sizeof prompt);
@@ -580,7 +580,7 @@ START_TEST(top_k_one_equals_greedy)
     tg_gpt *m = generation_model(TG_FLOAT64);
     const int64_t prompt[] = {4};
     int64_t greedy[1 + 9], top1[1 + 9];
-    tg_sample_options g = {.greedy = true}, k1 = {2.0, 1, false};
+    tg_sample_options g = {.greedy = true, .slide = true}, k1 = {.temperature = 2.0, .top_k = 1, .slide = true};
     tg_rng *rng = tg_rng_new(6);
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 1, 9, &g, NULL, greedy), 0);
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 1, 9, &k1, rng, top1), 0);
@@ -590,12 +590,78 @@ START_TEST(top_k_one_equals_greedy)
 }
 END_TEST
 
+START_TEST(top_p_too_small_for_two_tokens_equals_greedy)
+{
+    tg_gpt *m = generation_model(TG_FLOAT64);
+    const int64_t prompt[] = {4};
+    int64_t greedy[1 + 9], nucleus[1 + 9];
+    tg_sample_options g = {.greedy = true, .slide = true};
+    tg_sample_options p = {.temperature = 1.5, .top_p = 1e-9, .slide = true};
+    tg_rng *rng = tg_rng_new(6);
+    ck_assert_int_eq(tg_gpt_generate(m, prompt, 1, 9, &g, NULL, greedy), 0);
+    ck_assert_int_eq(tg_gpt_generate(m, prompt, 1, 9, &p, rng, nucleus), 0);
+    ck_assert_int_eq(memcmp(greedy, nucleus, sizeof greedy), 0);
+    /* top_p 1 keeps all: the same tokens as no top_p from the same seed. */
+    int64_t all[1 + 9], plain[1 + 9];
+    p.top_p = 1;
+    tg_rng_seed(rng, 6);
+    ck_assert_int_eq(tg_gpt_generate(m, prompt, 1, 9, &p, rng, all), 0);
+    p.top_p = 0;
+    tg_rng_seed(rng, 6);
+    ck_assert_int_eq(tg_gpt_generate(m, prompt, 1, 9, &p, rng, plain), 0);
+    ck_assert_int_eq(memcmp(all, plain, sizeof all), 0);
+    tg_rng_free(rng);
+    tg_gpt_free(m);
+}
+END_TEST
+
+START_TEST(generate_without_slide_refuses_past_block_size_up_front)
+{
+    tg_gpt *m = generation_model(TG_FLOAT32); /* block_size 6 */
+    const int64_t prompt[] = {3, 7, 1};
+    int64_t out[3 + 4] = {0}, fits[3 + 3];
+    tg_sample_options o = {.greedy = true};
+    ck_assert_int_eq(tg_gpt_generate(m, prompt, 3, 4, &o, NULL, out), -1);
+    ck_assert_error(TG_ERR_VALUE, "tg_gpt_generate", "prompt_len = 3", "n = 4",
+                    "block_size = 6", "set slide");
+    for (int i = 0; i < 3 + 4; i++)
+        ck_assert_int_eq(out[i], 0); /* refused before anything was written */
+    ck_assert_int_eq(tg_gpt_generate(m, prompt, 3, 3, &o, NULL, fits), 0);
+    /* Sliding, the first tokens are the ones that fit. */
+    o.slide = true;
+    ck_assert_int_eq(tg_gpt_generate(m, prompt, 3, 4, &o, NULL, out), 0);
+    ck_assert_int_eq(memcmp(out, fits, sizeof fits), 0);
+    tg_gpt_free(m);
+}
+END_TEST
+
+START_TEST(kv_cache_bytes_counts_keys_and_values_of_every_layer)
+{
+    /* 2 layers * (k, v) * 2 heads * 6 positions * head_dim 8/2 = 192 elements */
+    tg_gpt *m = generation_model(TG_FLOAT32);
+    ck_assert_int_eq(tg_gpt_kv_cache_bytes(m), 2 * 2 * 2 * 6 * 4 * 4);
+    tg_gpt_free(m);
+    m = generation_model(TG_FLOAT64);
+    ck_assert_int_eq(tg_gpt_kv_cache_bytes(m), 1536);
+    tg_gpt_free(m);
+    /* 3 layers, 4 heads of 5 over 7 positions, float32: 3*2*4*7*5*4 */
+    tg_gpt_config c = {.vocab_size = 9, .block_size = 7, .n_layer = 3, .n_head = 4, .n_embd = 20};
+    tg_rng *rng = tg_rng_new(1);
+    m = tg_gpt_new(&c, TG_FLOAT32, rng);
+    ck_assert_int_eq(tg_gpt_kv_cache_bytes(m), 3360);
+    tg_gpt_free(m);
+    tg_rng_free(rng);
+    ck_assert_int_eq(tg_gpt_kv_cache_bytes(NULL), -1);
+    ck_assert_error(TG_ERR_NULL, "tg_gpt_kv_cache_bytes");
+}
+END_TEST
+
 START_TEST(generate_of_zero_tokens_copies_the_prompt_and_leaves_grad_mode)
 {
     tg_gpt *m = generation_model(TG_FLOAT32);
     const int64_t prompt[] = {1, 2, 3};
     int64_t out[3] = {0};
-    tg_sample_options o = {.greedy = true};
+    tg_sample_options o = {.greedy = true, .slide = true};
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 3, 0, &o, NULL, out), 0);
     ck_assert_int_eq(memcmp(out, prompt, sizeof out), 0);
     int64_t more[5];
@@ -612,7 +678,7 @@ START_TEST(generate_inside_an_open_scope_leaves_it_as_it_was)
     tg_gpt *m = generation_model(TG_FLOAT32);
     const int64_t prompt[] = {3, 7, 1};
     int64_t inside[3 + 12], outside[3 + 12];
-    tg_sample_options o = {.greedy = true};
+    tg_sample_options o = {.greedy = true, .slide = true};
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 3, 12, &o, NULL, outside), 0);
     int64_t live = tg_live_tensors();
     tg_scope_begin();
@@ -633,7 +699,7 @@ START_TEST(generate_rejects_bad_arguments)
     const int64_t prompt[] = {1, 2}, bad[] = {1, 13};
     int64_t out[8];
     tg_rng *rng = tg_rng_new(1);
-    tg_sample_options g = {.greedy = true}, s = {1.0, 0, false};
+    tg_sample_options g = {.greedy = true}, s = {.temperature = 1.0};
     ck_assert_int_eq(tg_gpt_generate(NULL, prompt, 2, 1, &g, NULL, out), -1);
     ck_assert_error(TG_ERR_NULL, "tg_gpt_generate", "m");
     ck_assert_int_eq(tg_gpt_generate(m, NULL, 2, 1, &g, NULL, out), -1);
@@ -657,6 +723,13 @@ START_TEST(generate_rejects_bad_arguments)
     s.top_k = -2;
     ck_assert_int_eq(tg_gpt_generate(m, prompt, 2, 1, &s, rng, out), -1);
     ck_assert_error(TG_ERR_VALUE, "top_k = -2");
+    s.top_k = 0;
+    s.top_p = 1.25;
+    ck_assert_int_eq(tg_gpt_generate(m, prompt, 2, 1, &s, rng, out), -1);
+    ck_assert_error(TG_ERR_VALUE, "tg_gpt_generate", "top_p = 1.25");
+    s.top_p = NAN;
+    ck_assert_int_eq(tg_gpt_generate(m, prompt, 2, 1, &s, rng, out), -1);
+    ck_assert_error(TG_ERR_VALUE, "top_p = nan");
     tg_rng_free(rng);
     tg_gpt_free(m);
 }
@@ -848,6 +921,9 @@ int main(void)
     tcase_add_test(gen, generate_each_reports_each_new_token_in_order_and_can_stop);
     tcase_add_test(gen, sampling_follows_softmax_of_scaled_logits_and_is_reproducible);
     tcase_add_test(gen, top_k_one_equals_greedy);
+    tcase_add_test(gen, top_p_too_small_for_two_tokens_equals_greedy);
+    tcase_add_test(gen, generate_without_slide_refuses_past_block_size_up_front);
+    tcase_add_test(gen, kv_cache_bytes_counts_keys_and_values_of_every_layer);
     tcase_add_test(gen, generate_of_zero_tokens_copies_the_prompt_and_leaves_grad_mode);
     tcase_add_test(gen, generate_inside_an_open_scope_leaves_it_as_it_was);
     tcase_add_test(gen, generate_rejects_bad_arguments);

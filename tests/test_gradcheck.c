@@ -95,6 +95,7 @@ int main(void)
     collect(cases_attention, n_cases_attention);
     collect(cases_nn, n_cases_nn);
     collect(cases_sdpa_fused, n_cases_sdpa_fused);
+    collect(cases_rope, n_cases_rope);
     Suite *s = suite_create("gradcheck");
     TCase *cases = tcase_checked("cases");
     tcase_set_timeout(cases, 60);

@@ -115,6 +115,9 @@ typedef enum {
     TG_GELU_TANH, /* GPT-2's tanh approximation, approximate='tanh' */
 } tg_gelu_kind;
 TG_API tg_tensor *tg_gelu(const tg_tensor *x, tg_gelu_kind kind);
+/* SiLU (swish): x * sigmoid(x), torch.nn.functional.silu. Finite for every
+ * finite x (x = -1e4 gives -0, x = 1e4 gives 1e4), and so is its gradient. */
+TG_API tg_tensor *tg_silu(const tg_tensor *x);
 /* A copy of x as dtype. Between float dtypes it is differentiable; any other
  * conversion (to or from int64 and bool) gives a tensor without a graph. */
 TG_API tg_tensor *tg_to_dtype(const tg_tensor *x, tg_dtype dtype);
@@ -155,6 +158,22 @@ TG_API tg_tensor *tg_gelu_affine(const tg_tensor *h, tg_gelu_kind kind, const tg
 TG_API tg_tensor *tg_layer_norm_affine(const tg_tensor *x, const tg_tensor *ln_weight,
                                        const tg_tensor *ln_bias, double eps,
                                        const tg_tensor *weight, const tg_tensor *bias);
+
+/* tg_affine(tg_rms_norm(x, norm_weight, eps), weight, bias) as one op that
+ * keeps only x for backward and normalises it again there, as
+ * tg_layer_norm_affine does: x [..., in], norm_weight [in] or NULL, weight
+ * [out, in], bias [out] or NULL -> [..., out]. Errors are those of
+ * tg_rms_norm and tg_affine, named tg_rms_norm_affine. (autograd/op_rms_norm.c) */
+TG_API tg_tensor *tg_rms_norm_affine(const tg_tensor *x, const tg_tensor *norm_weight, double eps,
+                                     const tg_tensor *weight, const tg_tensor *bias);
+/* tg_affine(tg_swiglu(gate, up), weight, bias) as one op that keeps only
+ * gate and up for backward and makes silu(gate) * up again there, as
+ * tg_gelu_affine does: an MLP's widest activation is not held between
+ * forward and backward. gate, up [..., hidden] (the same shape), weight
+ * [out, hidden], bias [out] or NULL -> [..., out]. Errors are those of
+ * tg_swiglu and tg_affine, named tg_swiglu_affine. (autograd/op_swiglu.c) */
+TG_API tg_tensor *tg_swiglu_affine(const tg_tensor *gate, const tg_tensor *up,
+                                   const tg_tensor *weight, const tg_tensor *bias);
 
 /* ---- views and joins (autograd/op_shape.c) ----------------------------------- */
 /* Views share x's storage; their gradient lands in the matching elements of x. */
@@ -204,6 +223,23 @@ TG_API tg_tensor *tg_dropout(const tg_tensor *x, double p, bool train, tg_rng *r
 TG_API tg_tensor *tg_layer_norm(const tg_tensor *x, int norm_ndim, const tg_tensor *weight,
                                 const tg_tensor *bias, double eps);
 
+/* RMSNorm over the last dim, as Hugging Face's LlamaRMSNorm and
+ * torch.nn.functional.rms_norm: x [..., D] -> [..., D],
+ *   y = x / sqrt(mean(x^2 over the last dim) + eps) * weight,
+ * weight [D] or NULL (no scale). Fused forward and backward; the rows'
+ * sums run in double. Errors: x not float or 0-dim (TG_ERR_DTYPE,
+ * TG_ERR_SHAPE), eps not positive and finite (TG_ERR_VALUE), weight of
+ * another dtype (TG_ERR_DTYPE) or not [D] (TG_ERR_SHAPE).
+ * (autograd/op_rms_norm.c) */
+TG_API tg_tensor *tg_rms_norm(const tg_tensor *x, const tg_tensor *weight, double eps);
+
+/* SwiGLU's product silu(gate) * up, elementwise: gate and up must have the
+ * same shape and float dtype (no broadcasting; TG_ERR_SHAPE, TG_ERR_DTYPE
+ * otherwise), any layout. The result is gate's shape. Used as
+ * down(silu(gate(x)) * up(x)) in a Llama MLP; tg_swiglu_affine fuses the
+ * down projection in. (autograd/op_swiglu.c) */
+TG_API tg_tensor *tg_swiglu(const tg_tensor *gate, const tg_tensor *up);
+
 /* Rows of weight [num, dim] picked by int64 indices of any shape: the result
  * is indices.shape + [dim]. An index outside [0, num) is TG_ERR_INDEX. */
 TG_API tg_tensor *tg_embedding(const tg_tensor *weight, const tg_tensor *indices);
@@ -216,6 +252,44 @@ TG_API tg_tensor *tg_cross_entropy(const tg_tensor *logits, const tg_tensor *tar
                                    int64_t ignore_index);
 /* Mean of (input - target)^2 over all elements; shapes must match. */
 TG_API tg_tensor *tg_mse_loss(const tg_tensor *input, const tg_tensor *target);
+
+/* ---- rotary position embedding (autograd/op_rope.c) ------------------------ */
+
+/* Which elements of a head of hd form the pairs that rotate together. */
+typedef enum {
+    TG_ROPE_HALF = 0,       /* Hugging Face Llama: pairs (i, i + hd/2), rotate_half */
+    TG_ROPE_INTERLEAVED = 1 /* Meta's original: pairs (2i, 2i + 1) */
+} tg_rope_pairing;
+
+/* The cos and sin of every position p < max_positions and pair i < hd / 2
+ * at angle p * theta^(-2i / hd) (Hugging Face's inv_freq), computed once in
+ * double and kept in float64 and rounded to float32 (about 24 bytes per
+ * position and pair: 12 MB for 8192 positions of hd 128), so both dtypes
+ * read values rounded once from the exact angle. Immutable: tg_rope only
+ * reads it, from any number of threads at once. Every graph that used it
+ * holds a reference, so tg_rope_table_free may come before backward; the
+ * memory goes with the last of them. Errors (NULL returned): TG_ERR_VALUE
+ * for max_positions < 1, head_dim odd or < 2, theta not finite and > 0, a
+ * pairing other than the two, or a table whose size overflows;
+ * TG_ERR_NOMEM. tg_rope_table_free(NULL) does nothing. */
+typedef struct tg_rope_table tg_rope_table;
+TG_API tg_rope_table *tg_rope_table_new(int64_t max_positions, int64_t head_dim, double theta,
+                                        tg_rope_pairing pairing);
+TG_API void tg_rope_table_free(tg_rope_table *t);
+
+/* x [..., T, hd] (positions along dim -2, e.g. [B, H, T, hd]) with each pair
+ * (a, b) of row t rotated by the table's angles at position pos0 + t:
+ * a' = a cos - b sin, b' = b cos + a sin (for TG_ROPE_HALF this is
+ * x * cos + rotate_half(x) * sin). x is float32 or float64 in any layout,
+ * read in place; the result, a new tensor of x's shape and dtype, keeps x's
+ * memory order when x is a permutation of a contiguous tensor (the
+ * transposed view [B, H, T, hd] of a [B, T, H * hd] projection gives a
+ * result whose memory is [B, T, H, hd] again), else it is contiguous. The
+ * gradient is the inverse rotation, laid out the same way. Errors:
+ * TG_ERR_NULL (x or table), TG_ERR_DTYPE (x not float), TG_ERR_SHAPE (x
+ * under 2-D, its hd not the table's), TG_ERR_VALUE (pos0 < 0 or pos0 + T >
+ * max_positions: positions past the table). */
+TG_API tg_tensor *tg_rope(const tg_tensor *x, const tg_rope_table *table, int64_t pos0);
 
 /* ---- fused attention (autograd/op_attention.c) ----------------------------- */
 

@@ -262,16 +262,34 @@ TG_API void tg_gpt_set_train(tg_gpt *m, bool train);
  * tg_rng_state_tensor, to resume a run bit for bit. */
 TG_API tg_rng *tg_gpt_rng(const tg_gpt *m);
 
+/* How generation picks each token. Zeroed options are not usable as they
+ * are (temperature 0 is refused unless greedy); {.temperature = 1} draws
+ * from the model's distribution and refuses to run past the context. */
 typedef struct {
     double temperature; /* > 0; logits are divided by it */
-    int64_t top_k;      /* keep the k most likely tokens; 0 keeps all */
-    bool greedy;        /* take the most likely token (ignores temperature, top_k) */
+    int64_t top_k;      /* keep the k most likely tokens (ties with the k-th too); 0 keeps all */
+    bool greedy;        /* take the most likely token (ignores temperature, top_k, top_p) */
+    /* Nucleus sampling, applied after temperature and top_k as Hugging Face
+     * does: keep the smallest set of most likely tokens whose probabilities
+     * sum to >= top_p (always at least the most likely one). 0 or 1 keeps
+     * all; outside [0, 1] or NaN is TG_ERR_VALUE. */
+    double top_p;
+    /* When prompt_len + n > block_size: true slides the context window (the
+     * model sees the last block_size tokens); false refuses the call up
+     * front with TG_ERR_VALUE, before any token is made. */
+    bool slide;
 } tg_sample_options;
 
 /* Appends n tokens to prompt[0..prompt_len) (each in [0, vocab)), writing
- * prompt_len + n tokens to out. Uses a KV cache, so each new token costs one
- * position; past block_size tokens the context slides. rng may be NULL when
- * greedy. 0, or -1 on error. */
+ * prompt_len + n tokens to out. Uses a KV cache (tg_gpt_kv_cache_bytes), so
+ * each new token costs one position; past block_size tokens the context
+ * slides when opts->slide is set, and the cache is refilled from the
+ * window's last block_size tokens each time it moves. rng may be NULL when
+ * greedy. 0, or -1 on error: NULL m, prompt, opts or out (TG_ERR_NULL),
+ * prompt_len < 1 or n < 0, top_k < 0, top_p outside [0, 1], a temperature
+ * that is not positive unless greedy, or prompt_len + n > block_size
+ * without slide (TG_ERR_VALUE), a prompt token outside [0, vocab)
+ * (TG_ERR_INDEX), no rng unless greedy (TG_ERR_NULL). */
 TG_API int tg_gpt_generate(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
                            const tg_sample_options *opts, tg_rng *rng, int64_t *out);
 /* tg_gpt_generate that hands each new token to on_token(token, ctx) as soon
@@ -282,7 +300,99 @@ TG_API int tg_gpt_generate(tg_gpt *m, const int64_t *prompt, int64_t prompt_len,
 TG_API int tg_gpt_generate_each(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
                                 const tg_sample_options *opts, tg_rng *rng, int64_t *out,
                                 int (*on_token)(int64_t token, void *ctx), void *ctx);
+/* The bytes of the KV cache generation allocates (and frees on return):
+ * n_layer * 2 (keys, values) * n_head * block_size * head_dim * the
+ * model's dtype size, whatever prompt_len and n are. -1 with TG_ERR_NULL
+ * for NULL m (TG_ERR_VALUE if the count would overflow int64). */
+TG_API int64_t tg_gpt_kv_cache_bytes(const tg_gpt *m);
 TG_API void tg_gpt_free(tg_gpt *m);
+
+/* ---- Llama (nn/llama.c) ----------------------------------------------------------- */
+
+/* A Llama-style decoder with Hugging Face LlamaForCausalLM's layout: token
+ * embedding, no position embedding; per layer
+ *   h = x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),  n = input_layernorm(x)
+ *   x = h + down_proj(silu(gate_proj(n')) * up_proj(n')),               n' = post_attention_layernorm(h)
+ * with RMSNorm, causal grouped-query attention (query head i reads kv head
+ * i / (n_head / n_kv_head)), rotary positions on q and k; then model.norm and
+ * the LM head. Every Linear is bias-free, weights [out, in]. */
+typedef struct {
+    int64_t vocab_size, block_size, n_layer, n_head, n_kv_head, n_embd, hidden_size;
+    double rope_theta;            /* > 0, e.g. 10000 */
+    double norm_eps;              /* > 0, e.g. 1e-5 */
+    bool tie_embeddings;          /* lm_head shares model.embed_tokens.weight */
+    tg_rope_pairing rope_pairing; /* TG_ROPE_HALF (Hugging Face) or TG_ROPE_INTERLEAVED (Meta) */
+} tg_llama_config;
+
+typedef struct tg_llama tg_llama;
+
+/* Init as Hugging Face: every Linear and the embedding N(0, 0.02), drawn in
+ * the order embed_tokens, then per layer q, k, v, o, gate, up, down, then
+ * lm_head (when not tied); the norms ones. Builds the model's rotary table
+ * for block_size positions. NULL on error: TG_ERR_NULL (config, rng),
+ * TG_ERR_VALUE (a size not positive, n_layer over 2^20, n_embd not a
+ * multiple of n_head, an odd head_dim = n_embd / n_head, n_kv_head not
+ * dividing n_head, rope_theta or norm_eps not finite and positive, an unknown
+ * rope_pairing; the message names the values), TG_ERR_DTYPE (dtype not
+ * float32 or float64), TG_ERR_NOMEM. */
+TG_API tg_llama *tg_llama_new(const tg_llama_config *config, tg_dtype dtype, tg_rng *rng);
+TG_API const tg_llama_config *tg_llama_config_of(const tg_llama *m);
+/* idx int64 [B, T] (1 <= T <= block_size, tokens in [0, vocab)) at positions
+ * 0..T-1 -> logits [B, T, vocab]. When targets (int64 [B, T]) and loss are
+ * not NULL, *loss receives the mean cross-entropy (targets of -1 are
+ * ignored), a new reference like the logits. Errors as tg_gpt_forward. */
+TG_API tg_tensor *tg_llama_forward(const tg_llama *m, const tg_tensor *idx,
+                                   const tg_tensor *targets, tg_tensor **loss);
+/* Names (the state dict of LlamaForCausalLM): model.embed_tokens.weight;
+ * per layer model.layers.<i>.self_attn.{q,k,v,o}_proj.weight,
+ * .mlp.{gate,up,down}_proj.weight, .input_layernorm.weight,
+ * .post_attention_layernorm.weight; model.norm.weight; lm_head.weight
+ * (absent when tied: the embedding's weight is listed once). Load a Hugging
+ * Face checkpoint into them with tg_safetensors_load_into, which refuses a
+ * tensor of another shape (a checkpoint with another n_kv_head, say) naming
+ * it and both shapes. 0, or -1 with ps as it was. */
+TG_API int tg_llama_params(const tg_llama *m, tg_params *ps);
+
+/* The keys and values of one sequence's positions, per layer: [n_kv_head,
+ * block_size, head_dim] each, n_kv_head / n_head of what a multi-head cache
+ * of the same width holds. Made empty for one model, and usable with that
+ * model only. NULL on error (TG_ERR_NULL, TG_ERR_NOMEM). */
+typedef struct tg_llama_cache tg_llama_cache;
+TG_API tg_llama_cache *tg_llama_cache_new(const tg_llama *m);
+/* Positions the cache holds (the next token's position). */
+TG_API int64_t tg_llama_cache_len(const tg_llama_cache *c);
+/* Forgets every position (keeps the memory). NULL: no-op. */
+TG_API void tg_llama_cache_reset(tg_llama_cache *c);
+TG_API void tg_llama_cache_free(tg_llama_cache *c);
+/* Runs idx int64 [1, T] at positions len..len+T-1, len = tg_llama_cache_len
+ * (c), attending over the cached positions and the new ones, and adds the
+ * new keys and values to c: logits [1, T, vocab], equal to those rows of
+ * tg_llama_forward over the whole sequence. Runs with grad mode off (the
+ * logits have no graph). Errors: TG_ERR_NULL, TG_ERR_VALUE (c made for
+ * another model), TG_ERR_SHAPE (idx not [1, T], or len + T over block_size),
+ * TG_ERR_DTYPE, TG_ERR_INDEX (a token outside [0, vocab)); c is unchanged. */
+TG_API tg_tensor *tg_llama_forward_cached(const tg_llama *m, tg_llama_cache *c,
+                                          const tg_tensor *idx);
+/* The bytes of the KV cache generation allocates (tg_llama_cache_new):
+ * 2 * n_layer * n_kv_head * block_size * head_dim * the dtype's size.
+ * -1 when m is NULL. */
+TG_API int64_t tg_llama_kv_cache_bytes(const tg_llama *m);
+
+/* As tg_gpt_generate: appends n tokens to prompt[0..prompt_len) into out
+ * (prompt_len + n tokens), greedy or sampled (temperature, top_k, top_p),
+ * each new token costing one position through a cache. When prompt_len + n
+ * exceeds block_size, opts->slide false refuses the call up front
+ * (TG_ERR_VALUE, nothing written); true slides the window to the last
+ * block_size tokens and, since every position's rotation changes, rebuilds
+ * the cache from it. 0, or -1 on error. */
+TG_API int tg_llama_generate(tg_llama *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
+                             const tg_sample_options *opts, tg_rng *rng, int64_t *out);
+/* tg_llama_generate handing each new token to on_token as tg_gpt_generate_each does. */
+TG_API int tg_llama_generate_each(tg_llama *m, const int64_t *prompt, int64_t prompt_len,
+                                  int64_t n, const tg_sample_options *opts, tg_rng *rng,
+                                  int64_t *out, int (*on_token)(int64_t token, void *ctx),
+                                  void *ctx);
+TG_API void tg_llama_free(tg_llama *m);
 
 /* ---- optimizers (nn/optim.c) ------------------------------------------------- */
 /* PyTorch 1.13's update formulas (torch.optim, foreach=False), computed in

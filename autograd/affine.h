@@ -1,0 +1,34 @@
+/* The product and gradients of tg_affine (autograd/op_affine.c), shared
+ * with the ops that apply a function to x and then an affine map in one op
+ * (op_rms_norm.c, op_swiglu.c). Never installed. */
+#ifndef TG_AFFINE_H
+#define TG_AFFINE_H
+
+#include "graph.h"
+
+/* The checks of tg_affine (x [..., in], weight [out, in], bias [out] or
+ * NULL, one float dtype), with errors naming fn. 0, or -1 (recorded). */
+int tg__affine_check(const char *fn, const tg_tensor *x, const tg_tensor *w,
+                     const tg_tensor *b);
+
+/* y [..., out] = xc @ weight^T + bias for xc contiguous [..., in]: a new
+ * tensor, or NULL when out of memory. */
+tg_tensor *tg__affine_product(const tg_tensor *xc, const tg_tensor *weight,
+                              const tg_tensor *bias);
+
+/* dw = gc^T @ xv unless dw is NULL (into dw, [out, in]), and *db = gc
+ * summed over its rows unless db is NULL (gc contiguous [rows, out], xv
+ * contiguous [rows, in]; xv may be NULL when dw is). 0, or -1 when out of
+ * memory. */
+int tg__affine_param_grads(const tg_tensor *gc, const tg_tensor *xv, int64_t rows, int64_t out,
+                           int64_t in, tg_tensor *dw, tg_tensor **db);
+
+/* The gradients of y = xv @ w^T + b given gy, with xv the values the
+ * product read (contiguous), w = n->inputs[wi] and b = n->inputs[wi + 1]:
+ * dxv [..., in] when want_dxv, added into into when given, else a new *dxv
+ * owned by the caller; dw and db into grads[wi] and grads[wi + 1] as
+ * n->needs asks. 0, or -1 when out of memory. */
+int tg__affine_grads(tg_node *n, int wi, const tg_tensor *gy, const tg_tensor *xv, bool want_dxv,
+                     tg_tensor *into, tg_tensor **dxv, tg_tensor **grads);
+
+#endif

@@ -1,0 +1,135 @@
+/* SwiGLU's product silu(gate) * up, and its fusion into the affine map that
+ * follows it (a Llama MLP's down projection), which keeps only gate and up
+ * for backward and makes the product again there. The elementwise
+ * arithmetic is in tensor/swiglu_kernels.c, the product in op_affine.c. */
+#include "affine.h"
+#include "gemm.h"
+#include "graph.h"
+#include "swiglu_kernels.h"
+
+#include <string.h>
+
+/* gate and up: float tensors of one dtype and the same shape (no
+ * broadcasting: they are two projections of the same rows). */
+static int swiglu_check(const char *fn, const tg_tensor *gate, const tg_tensor *up)
+{
+    if (tg__check_float(fn, gate) < 0 || tg__check_float(fn, up) < 0)
+        return -1;
+    if (gate->dtype != up->dtype) {
+        tg__fail(TG_ERR_DTYPE, "%s: dtypes differ: gate %s, up %s", fn,
+                 tg_dtype_name(gate->dtype), tg_dtype_name(up->dtype));
+        return -1;
+    }
+    if (gate->ndim != up->ndim ||
+        memcmp(gate->shape, up->shape, (size_t)gate->ndim * sizeof *gate->shape)) {
+        tg__fail(TG_ERR_SHAPE, "%s: gate %s and up %s differ in shape (they must match)", fn,
+                 TG_SHAPE_STR(gate), TG_SHAPE_STR(up));
+        return -1;
+    }
+    return 0;
+}
+
+/* silu(gc) * uc of two contiguous tensors: a new tensor, NULL when out of
+ * memory. */
+static tg_tensor *product_of(const tg_tensor *gc, const tg_tensor *uc)
+{
+    tg_tensor *a = tg__empty_uninit_like(gc); /* all written */
+    if (a)
+        tg__swiglu(gc->dtype, tg__ptr(a), tg__ptr(gc), tg__ptr(uc),
+                   tg__numel(gc->ndim, gc->shape));
+    return a;
+}
+
+/* saved: none; the inputs (gate, up) are read from the node. */
+static int swiglu_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
+{
+    tg_tensor *gatec = tg__contiguous(n->inputs[0]), *upc = tg__contiguous(n->inputs[1]);
+    tg_tensor *gc = tg__contiguous(g);
+    tg_tensor *dgate = n->needs[0] && gatec ? tg__empty_uninit_like(gatec) : NULL;
+    tg_tensor *dup = n->needs[1] && gatec ? tg__empty_uninit_like(gatec) : NULL;
+    int rc = gatec && upc && gc && (!n->needs[0] || dgate) && (!n->needs[1] || dup) ? 0 : -1;
+    if (rc == 0) {
+        tg__swiglu_grads(gc->dtype, tg__ptr(gatec), tg__ptr(upc), tg__ptr(gc),
+                         dgate ? tg__ptr(dgate) : NULL, dup ? tg__ptr(dup) : NULL, NULL,
+                         tg__numel(gc->ndim, gc->shape));
+        grads[0] = dgate ? tg__ret(tg_retain(dgate)) : NULL;
+        grads[1] = dup ? tg__ret(tg_retain(dup)) : NULL;
+    }
+    tg_release(gatec), tg_release(upc), tg_release(gc), tg_release(dgate), tg_release(dup);
+    return rc;
+}
+
+tg_tensor *tg_swiglu(const tg_tensor *gate, const tg_tensor *up)
+{
+    TG_CHECK_NULL(gate);
+    TG_CHECK_NULL(up);
+    if (swiglu_check(__func__, gate, up) < 0)
+        return NULL;
+    tg_tensor *gatec = tg__contiguous(gate), *upc = tg__contiguous(up);
+    tg_tensor *a = gatec && upc ? product_of(gatec, upc) : NULL;
+    tg_release(gatec);
+    tg_release(upc);
+    return tg__finish(a, TG_OP_SWIGLU, swiglu_backward, 2, (const tg_tensor *[]){gate, up},
+                      NULL);
+}
+
+/* ---- the affine map of a SwiGLU ---------------------------------------------- */
+
+/* saved: none. inputs: gate, up, weight, bias. With a = silu(gate) * up and
+ * y = a @ w^T + b: da = g w (into the buffer that becomes dgate), then one
+ * pass makes dgate and dup from da and a again from gate and up, and dw,
+ * db come from a (float32: one pass of the packed kernel). a is made here
+ * rather than kept since the forward: that is the point of the op. */
+static int swiglu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
+{
+    const tg_tensor *w = n->inputs[2];
+    bool need_da = n->needs[0] || n->needs[1], need_a = n->needs[2];
+    int64_t out = w->shape[0], in = w->shape[1];
+    tg_tensor *gatec = tg__contiguous(n->inputs[0]), *upc = tg__contiguous(n->inputs[1]);
+    tg_tensor *gc = tg__contiguous(g), *wc = need_da ? tg__contiguous(w) : NULL;
+    bool ok = gatec && upc && gc && (!need_da || wc);
+    int64_t rows = ok ? tg__numel(gatec->ndim - 1, gatec->shape) : 0;
+    tg_tensor *da = ok && need_da ? tg__empty_uninit_like(gatec) : NULL; /* becomes dgate */
+    tg_tensor *dup = ok && n->needs[1] ? tg__empty_uninit_like(gatec) : NULL;
+    tg_tensor *a = ok && need_a ? tg__empty_uninit_like(gatec) : NULL;
+    tg_tensor *dw = ok && need_a ? tg__empty_uninit_like(w) : NULL;
+    int rc = ok && (!need_da || da) && (!n->needs[1] || dup) && (!need_a || (a && dw)) ? 0 : -1;
+    if (rc == 0 && da)
+        rc = tg__gemm(g->dtype, false, false, false, rows, in, out, 1.0, tg__ptr(gc), out,
+                      tg__ptr(wc), in, 0.0, tg__ptr(da), in);
+    if (rc == 0 && da)
+        tg__swiglu_grads(g->dtype, tg__ptr(gatec), tg__ptr(upc), tg__ptr(da),
+                         n->needs[0] ? tg__ptr(da) : NULL, dup ? tg__ptr(dup) : NULL,
+                         a ? tg__ptr(a) : NULL, rows * in);
+    else if (rc == 0 && a)
+        tg__swiglu(g->dtype, tg__ptr(a), tg__ptr(gatec), tg__ptr(upc), rows * in);
+    if (rc == 0 && (need_a || n->needs[3]))
+        rc = tg__affine_param_grads(gc, a, rows, out, in, dw, n->needs[3] ? &grads[3] : NULL);
+    if (rc == 0) {
+        grads[0] = n->needs[0] ? tg__ret(tg_retain(da)) : NULL;
+        grads[1] = dup ? tg__ret(tg_retain(dup)) : NULL;
+        grads[2] = dw ? tg__ret(tg_retain(dw)) : NULL;
+    }
+    tg_release(gatec), tg_release(upc), tg_release(gc), tg_release(wc);
+    tg_release(da), tg_release(dup), tg_release(a), tg_release(dw);
+    return rc;
+}
+
+tg_tensor *tg_swiglu_affine(const tg_tensor *gate, const tg_tensor *up, const tg_tensor *weight,
+                            const tg_tensor *bias)
+{
+    static const char fn[] = "tg_swiglu_affine";
+    TG_CHECK_NULL(gate);
+    TG_CHECK_NULL(up);
+    TG_CHECK_NULL(weight);
+    if (swiglu_check(fn, gate, up) < 0 || tg__affine_check(fn, gate, weight, bias) < 0)
+        return NULL;
+    tg_tensor *gatec = tg__contiguous(gate), *upc = tg__contiguous(up);
+    tg_tensor *a = gatec && upc ? product_of(gatec, upc) : NULL;
+    tg_tensor *y = a ? tg__affine_product(a, weight, bias) : NULL;
+    tg_release(a); /* silu(gate) * up is gone after the product: the op's point */
+    tg_release(gatec);
+    tg_release(upc);
+    return tg__finish(y, TG_OP_SWIGLU_AFFINE, swiglu_affine_backward, 4,
+                      (const tg_tensor *[]){gate, up, weight, bias}, NULL);
+}
