@@ -21,8 +21,8 @@
 enum { EXIT_USAGE = 2 };
 
 static const char usage_text[] =
-    "usage: gpt train [--data FILE] [--config task|tiny|small|medium] [--steps N]\n"
-    "                 [--batch N] [--lr X] [--seed N] [--eval-every N] [--out FILE]\n"
+    "usage: gpt train [--arch gpt|llama] [--data FILE] [--config task|tiny|small|medium]\n"
+    "                 [--steps N] [--batch N] [--lr X] [--seed N] [--eval-every N] [--out FILE]\n"
     "                 [--svg FILE] [--resume FILE] [--stop-at STEP] [--save-every N]\n"
     "       gpt sample --ckpt FILE [--prompt TEXT] [--tokens N] [--temperature T]\n"
     "                  [--top-k K] [--top-p P] [--seed N] [--greedy]\n"
@@ -30,6 +30,11 @@ static const char usage_text[] =
     "Without --data, train learns 3-digit addition (a task it makes up itself) and\n"
     "reports exact-match accuracy on problems it never trained on. --data takes a\n"
     "text file of at most 1 GiB with no NUL bytes.\n"
+    "--arch llama (default gpt) trains a Llama-style model instead: rotary positions,\n"
+    "grouped-query attention, RMSNorm, a SwiGLU MLP, the head tied to the embedding;\n"
+    "each config keeps its context, layers, heads and width, with kv heads and MLP\n"
+    "widths task 2/384, tiny 1/96, small 2/384, medium 2/1024. It learns the task\n"
+    "with the same --lr and --steps. A checkpoint records its architecture.\n"
     "--out (default gpt.safetensors) is written every --save-every steps (default\n"
     "500: a save costs about one step, and a run killed or preempted loses at most\n"
     "500 steps; 0 saves only at the end) and at the end. Ctrl-C or SIGTERM stops\n"
@@ -43,7 +48,7 @@ static const char usage_text[] =
 /* ---- the command line -------------------------------------------------------- */
 
 typedef struct {
-    const char *data, *config, *out, *svg, *resume, *ckpt, *prompt;
+    const char *arch, *data, *config, *out, *svg, *resume, *ckpt, *prompt;
     int64_t steps, batch, seed, eval_every, stop_at, save_every, tokens, top_k;
     double lr, temperature, top_p;
     bool greedy, set_steps, set_batch, set_lr;
@@ -110,8 +115,8 @@ static bool parse_number(const char *s, const gpt_range *r, double *real, int64_
  * exit code, or -1 when --help printed the usage (exit 0). */
 static int parse_options(int argc, char **argv, bool train, options *o)
 {
-    static const char *const train_only[] = {"--data", "--config", "--steps", "--batch",
-                                             "--lr", "--eval-every", "--out", "--svg",
+    static const char *const train_only[] = {"--arch", "--data", "--config", "--steps",
+                                             "--batch", "--lr", "--eval-every", "--out", "--svg",
                                              "--resume", "--stop-at", "--save-every", NULL};
     static const char *const sample_only[] = {"--ckpt", "--prompt", "--tokens",
                                               "--temperature", "--top-k", "--top-p",
@@ -136,7 +141,8 @@ static int parse_options(int argc, char **argv, bool train, options *o)
         const gpt_range *r = NULL;
         int64_t *iv = NULL;
         double *dv = NULL;
-        if (!strcmp(name, "--data")) o->data = v;
+        if (!strcmp(name, "--arch")) o->arch = v;
+        else if (!strcmp(name, "--data")) o->data = v;
         else if (!strcmp(name, "--config")) o->config = v;
         else if (!strcmp(name, "--out")) o->out = v;
         else if (!strcmp(name, "--svg")) o->svg = v;
@@ -473,8 +479,12 @@ static void on_signal(int sig)
  * --data file must have the checkpoint's vocabulary), else new from seed. */
 static int setup(const options *o, dataset *d, trainer *tr, tg_params *ck)
 {
+    lm_arch arch = LM_GPT;
     lm_config c;
-    if (!lm_config_named(LM_GPT, o->config, 0, &c))
+    char e[96];
+    if (o->arch && !lm_arch_parse(o->arch, &arch))
+        return usage_error("--arch: unknown '%s' (gpt or llama)", escaped(o->arch, e, sizeof e));
+    if (!lm_config_named(arch, o->config, 0, &c))
         return usage_error("--config: unknown '%s' (task, tiny, small or medium)", o->config);
     d->task = !o->data;
     if (o->resume) {
@@ -483,6 +493,10 @@ static int setup(const options *o, dataset *d, trainer *tr, tg_params *ck)
         if (gpt_checkpoint_load_model(o->resume, ck, &tr->model, &saved) ||
             gpt_checkpoint_load_settings(o->resume, ck, &s))
             return 1;
+        const char *saved_arch = lm_arch_name(lm_config_of(tr->model)->arch);
+        if (o->arch && lm_config_of(tr->model)->arch != arch)
+            return fprintf(stderr, "gpt: %s is a %s checkpoint; resume it with --arch %s or "
+                           "without --arch\n", o->resume, saved_arch, saved_arch), 1;
         if (s.task != d->task)
             return fprintf(stderr, "gpt: %s was trained %s; resume it the same way\n", o->resume,
                            s.task ? "on the built-in task, without --data" : "with --data"), 1;
@@ -591,7 +605,8 @@ static void describe(const trainer *tr, const dataset *d, const options *o)
 {
     char shape[160];
     lm_config_describe(lm_config_of(tr->model), shape, sizeof shape);
-    printf("training on %s: %s, %lld parameters\n",
+    printf("training %son %s: %s, %lld parameters\n",
+           lm_config_of(tr->model)->arch == LM_LLAMA ? "a Llama " : "",
            d->task ? "3-digit addition (built-in task)" : o->data, shape,
            (long long)tg_params_numel(&tr->params));
     printf("AdamW lr %g (warmup + cosine), batch %lld, steps %lld%s\n", tr->lr,

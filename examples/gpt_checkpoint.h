@@ -1,5 +1,5 @@
 /* gpt's checkpoints: one safetensors file with the model, its vocabulary, the
- * optimizer and both generators, and the run's settings and loss history.
+ * optimizer and its generators, and the run's settings and loss history.
  * Every value read from a file is checked before anything is built from it. */
 #ifndef GPT_CHECKPOINT_H
 #define GPT_CHECKPOINT_H
@@ -54,10 +54,11 @@ typedef struct {
  * printing why not. */
 int gpt_checkpoint_save(const char *path, const gpt_run *run);
 
-/* Reads path into ck (the caller clears it), checks gpt.config, gpt.vocab and
- * the shape of every parameter the config implies, and only then builds the
- * model (*model, the caller frees it) and copies the weights in. 0, or 1
- * after printing what is wrong. */
+/* Reads path into ck (the caller clears it), checks the architecture
+ * (model.arch: a Llama; none: a GPT), its config (gpt.config or
+ * llama.config), gpt.vocab and the shape of every parameter the config
+ * implies, and only then builds the model (*model, the caller frees it) and
+ * copies the weights in. 0, or 1 after printing what is wrong. */
 int gpt_checkpoint_load_model(const char *path, tg_params *ck, lm **model, gpt_vocab *vocab);
 
 /* train.settings of a checkpoint read by gpt_checkpoint_load_model, each in

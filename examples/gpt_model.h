@@ -1,6 +1,6 @@
 /* The language models gpt trains, behind one seam: the training loop, the
  * evaluation, sampling and the checkpoints speak to an `lm` and never ask
- * which architecture it is (nn.h's tg_gpt). */
+ * which architecture it is (nn.h's tg_gpt, or its Llama-style tg_llama). */
 #ifndef GPT_MODEL_H
 #define GPT_MODEL_H
 
@@ -8,13 +8,22 @@
 
 #include <tensorgrad/tensorgrad.h>
 
-typedef enum { LM_GPT = 0 } lm_arch;
+typedef enum { LM_GPT = 0, LM_LLAMA = 1 } lm_arch;
 
-/* One config for every architecture: the shared sizes first. */
+/* One config for every architecture: the shared sizes first, then what only
+ * a Llama has (zero for a GPT). */
 typedef struct {
     lm_arch arch;
     int64_t vocab_size, block_size, n_layer, n_head, n_embd;
+    int64_t n_kv_head, hidden_size; /* key/value heads; the SwiGLU MLP's width */
+    double rope_theta, norm_eps;
+    bool tie_embeddings; /* the output head is the token embedding */
+    tg_rope_pairing rope_pairing;
 } lm_config;
+
+/* "gpt" or "llama"; parse: false for any other name. */
+const char *lm_arch_name(lm_arch arch);
+bool lm_arch_parse(const char *name, lm_arch *arch);
 
 typedef struct lm lm;
 
@@ -22,7 +31,8 @@ typedef struct lm lm;
  * vocabulary of vocab_size tokens. false for an unknown name. */
 bool lm_config_named(lm_arch arch, const char *name, int64_t vocab_size, lm_config *c);
 
-/* "vocab V, context T, L layers, H heads, d D" into buf (cap bytes). */
+/* "vocab V, context T, L layers, H heads, d D" into buf (cap bytes); a
+ * Llama adds ", K kv heads, hidden F". */
 void lm_config_describe(const lm_config *c, char *buf, size_t cap);
 
 /* A new model with weights drawn from init (borrowed), float32. NULL with
