@@ -23,6 +23,36 @@ static void batch_strides(const attn_plan *p, const tg_tensor *t, int64_t *out)
         out[d] = d < lead || t->shape[d - lead] == 1 ? 0 : t->stride[d - lead];
 }
 
+/* p->group for q, k and v (p->nbd set): with two batch dims or more, q's
+ * H heads (the last batch dim, dim -3) may come with k and v of Hkv < H
+ * heads, Hkv dividing H: grouped-query attention, each kv head read in
+ * place by H / Hkv query heads (MQA: Hkv = 1). Else 1, and the heads
+ * broadcast as any batch dim does. -1, recorded, when k and v have fewer
+ * heads than q but not a grouped form. */
+static int plan_group(attn_plan *p, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v)
+{
+    p->group = 1;
+    if (p->nbd < 2 || q->ndim < 3 || k->ndim < 3 || v->ndim < 3)
+        return 0;
+    int64_t H = q->shape[q->ndim - 3], Hk = k->shape[k->ndim - 3], Hv = v->shape[v->ndim - 3];
+    if (H <= 1 || Hk < 1 || Hv < 1 || Hk >= H || Hv >= H)
+        return 0;
+    if (Hk != Hv) {
+        tg__fail(TG_ERR_SHAPE, "tg_attention: k %s has %lld heads and v %s %lld; grouped-query "
+                               "attention needs one count of kv heads", TG_SHAPE_STR(k),
+                 (long long)Hk, TG_SHAPE_STR(v), (long long)Hv);
+        return -1;
+    }
+    if (H % Hk != 0) {
+        tg__fail(TG_ERR_SHAPE, "tg_attention: q %s has %lld heads, not a multiple of the %lld kv "
+                               "heads of k %s and v %s", TG_SHAPE_STR(q), (long long)H,
+                 (long long)Hk, TG_SHAPE_STR(k), TG_SHAPE_STR(v));
+        return -1;
+    }
+    p->group = H / Hk;
+    return 0;
+}
+
 /* Fills p's shapes from q, k, v and mask (not yet the data pointers), or
  * records why they do not fit. */
 static int plan_shapes(attn_plan *p, const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
@@ -40,9 +70,16 @@ static int plan_shapes(attn_plan *p, const tg_tensor *q, const tg_tensor *k, con
     for (int i = 0; i < 3; i++)
         if (in[i]->ndim - 2 > p->nbd)
             p->nbd = in[i]->ndim - 2;
+    if (plan_group(p, q, k, v) < 0)
+        return -1;
     p->nb = 1;
     for (int d = 0; d < p->nbd; d++) {
         int64_t size = 1;
+        if (p->group > 1 && d == p->nbd - 1) { /* q's heads, checked by plan_group */
+            p->bshape[d] = q->shape[q->ndim - 3];
+            p->nb *= p->bshape[d];
+            continue;
+        }
         for (int i = 0; i < 3; i++) {
             int di = d - (p->nbd - (in[i]->ndim - 2));
             int64_t s = di >= 0 ? in[i]->shape[di] : 1;
@@ -121,13 +158,16 @@ static void plan_dropout(attn_plan *p, double dropout_p, uint64_t key)
 /* ---- running the passes ---------------------------------------------------- */
 
 /* A new tensor [bshape, rows, cols] for the output or a gradient, left
- * unset: with two batch dims [B, H] (heads) its memory is [B, rows, H,
- * cols], the forward's layout, in which merging the heads with transpose(1, 2)
- * and reshape costs no copy; otherwise contiguous. */
-static tg_tensor *new_result(const attn_plan *p, int64_t rows, int64_t cols)
+ * unset, with the kv heads in place of q's for kv (the gradients of k and
+ * v when grouped): with two batch dims [B, H] (heads) its memory is [B,
+ * rows, H, cols], the forward's layout, in which merging the heads with
+ * transpose(1, 2) and reshape costs no copy; otherwise contiguous. */
+static tg_tensor *new_result(const attn_plan *p, int64_t rows, int64_t cols, bool kv)
 {
     int64_t shape[TG_MAX_DIMS];
     memcpy(shape, p->bshape, sizeof shape);
+    if (kv && p->group > 1)
+        shape[p->nbd - 1] /= p->group;
     shape[p->nbd] = rows, shape[p->nbd + 1] = cols;
     if (p->nbd != 2)
         return tg__empty_uninit(p->dtype, p->nbd + 2, shape);
@@ -251,7 +291,8 @@ static bool has_saved(const tg_node *n, const char *fn)
 
 /* node->inputs: q, k, v; saved, args and iargs: save_for_backward's. The
  * gradients are laid out as new_result says, over the broadcast batch
- * shape; the engine sums them back to the inputs'. */
+ * shape (k's and v's over their kv heads when grouped, each the sum over
+ * its group); the engine sums them back to the inputs'. */
 static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 {
     attn_plan p = saved_plan(n);
@@ -263,7 +304,7 @@ static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
     bool ok = true;
     for (int i = 0; i < 3 && ok; i++)
         if (n->needs[i])
-            ok = (d[i] = new_result(&p, rows[i], cols[i])) != NULL; /* zeroed by batch */
+            ok = (d[i] = new_result(&p, rows[i], cols[i], i > 0)) != NULL; /* zeroed by batch */
     ok = ok && run_backward(&p, n, n->inputs[0], n->inputs[1], n->inputs[2], g, n->saved[0],
                             d) == 0;
     for (int i = 0; i < 3; i++) {
@@ -337,7 +378,7 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
         return NULL;
     plan_dropout(&p, dropout_p, dropout_p > 0 ? tg_rng_next(rng) : 0); /* one draw, as tg_dropout */
     p.scale = plan_scale(&p, scale);
-    tg_tensor *out = new_result(&p, p.L, p.Ev), *lse = NULL, *weights = NULL;
+    tg_tensor *out = new_result(&p, p.L, p.Ev, false), *lse = NULL, *weights = NULL;
     bool keep = tg__needs_grad(3, (const tg_tensor *[]){q, k, v});
     if (!out || run_forward(&p, q, k, v, keep, tg__ptr(out), &lse, &weights) < 0) {
         tg_release(out);

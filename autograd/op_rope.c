@@ -186,8 +186,9 @@ tg_tensor *tg_rope(const tg_tensor *x, const tg_rope_table *table, int64_t pos0)
     /* the pin is made before the op is recorded, so that running out of
      * memory for it fails the op rather than leave a graph without it */
     tg_rope_table *tab = (tg_rope_table *)table;
-    tg_tensor *pin = tg__needs_grad(1, &x) ? pin_table(tab) : NULL;
-    tg_tensor *out = tg__needs_grad(1, &x) && !pin ? NULL : rotate(x, table, pos0, false);
+    bool grad = tg__needs_grad(1, &x);
+    tg_tensor *pin = grad ? pin_table(tab) : NULL;
+    tg_tensor *out = grad && !pin ? NULL : rotate(x, table, pos0, false);
     tg_node *node;
     out = tg__finish(out, TG_OP_ROPE, rope_grads, 1, &x, &node);
     if (node) {

@@ -8,7 +8,7 @@
 #include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
-#include "sample.h"
+#include "lm.h"
 
 /* One transformer block; Linear weights are [out, in]. */
 typedef struct {
@@ -395,50 +395,6 @@ static tg_tensor *lm_head(const tg_gpt *m, const tg_tensor *x)
     return tg_affine(x, m->wte->weight, NULL);
 }
 
-/* idx: int64 [B, T] with 1 <= T <= block_size and tokens in [0, vocab). */
-static int check_idx(const tg_gpt *m, const tg_tensor *idx)
-{
-    if (tg_dtype_of(idx) != TG_INT64) {
-        tg_fail(TG_ERR_DTYPE, "tg_gpt_forward: idx dtype %s is not int64",
-                tg_dtype_name(tg_dtype_of(idx)));
-        return -1;
-    }
-    if (tg_ndim(idx) != 2 || tg_shape(idx)[1] < 1 || tg_shape(idx)[1] > m->config.block_size) {
-        tg_fail(TG_ERR_SHAPE, "tg_gpt_forward: idx %s is not [B, T] with 1 <= T <= "
-                "block_size %lld", TG_SHAPE_STRING(idx), (long long)m->config.block_size);
-        return -1;
-    }
-    tg_scope_begin(); /* holds the contiguous copy */
-    tg_tensor *c = tg_contiguous(idx);
-    const int64_t *p = tg_data_const(c);
-    int rc = p ? 0 : -1;
-    for (int64_t i = 0; p && i < tg_numel(c) && rc == 0; i++)
-        if (p[i] < 0 || p[i] >= m->config.vocab_size) {
-            tg_fail(TG_ERR_INDEX, "tg_gpt_forward: token %lld at flat position %lld is "
-                    "outside [0, vocab_size %lld)", (long long)p[i], (long long)i,
-                     (long long)m->config.vocab_size);
-            rc = -1;
-        }
-    tg_scope_end();
-    return rc;
-}
-
-static int check_targets(const tg_tensor *idx, const tg_tensor *targets)
-{
-    if (tg_dtype_of(targets) != TG_INT64) {
-        tg_fail(TG_ERR_DTYPE, "tg_gpt_forward: targets dtype %s is not int64",
-                tg_dtype_name(tg_dtype_of(targets)));
-        return -1;
-    }
-    if (tg_ndim(targets) != 2 || tg_shape(targets)[0] != tg_shape(idx)[0] ||
-        tg_shape(targets)[1] != tg_shape(idx)[1]) {
-        tg_fail(TG_ERR_SHAPE, "tg_gpt_forward: targets %s do not match idx %s",
-                TG_SHAPE_STRING(targets), TG_SHAPE_STRING(idx));
-        return -1;
-    }
-    return 0;
-}
-
 tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor *targets,
                           tg_tensor **loss)
 {
@@ -447,7 +403,9 @@ tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor
     TG_CHECK_ARG(m);
     TG_CHECK_ARG(idx);
     bool want_loss = targets && loss;
-    if (check_idx(m, idx) < 0 || (want_loss && check_targets(idx, targets) < 0))
+    if (tg__check_idx(__func__, idx, m->config.vocab_size, m->config.block_size,
+                      m->config.block_size) < 0 ||
+        (want_loss && tg__check_targets(__func__, idx, targets) < 0))
         return NULL;
     int64_t B = tg_shape(idx)[0], T = tg_shape(idx)[1], V = m->config.vocab_size;
     double p = m->train ? m->config.dropout : 0;
@@ -468,20 +426,6 @@ tg_tensor *tg_gpt_forward(const tg_gpt *m, const tg_tensor *idx, const tg_tensor
 }
 
 /* ---- generation ---------------------------------------------------------------------- */
-
-/* Runs tokens [T] at positions pos0.. through the model with the caches and
- * writes the logits of the last one to row [vocab]. */
-static int next_logits(const tg_gpt *m, const int64_t *tokens, int64_t T, kv_cache *caches,
-                       int64_t pos0, double *row)
-{
-    tg_scope_begin();
-    tg_tensor *idx = tg_from_data(TG_INT64, 2, (int64_t[]){1, T}, tokens);
-    tg_tensor *x = idx ? trunk(m, idx, caches, pos0, 0) : NULL; /* [1, T, d] */
-    tg_tensor *logits = lm_head(m, tg_narrow(x, 1, T - 1, 1));   /* [1, 1, V] */
-    int rc = logits ? tg_copy_to(logits, TG_FLOAT64, row, m->config.vocab_size) : -1;
-    tg_scope_end();
-    return rc;
-}
 
 static void free_caches(kv_cache *c, int64_t n_layer)
 {
@@ -542,10 +486,31 @@ static kv_cache *new_caches(const tg_gpt *m)
     return kv;
 }
 
-/* The cache holds positions 0..cached-1 of the window out[w..len). A new
- * token runs one position; when the sequence outgrows block_size the window
- * becomes the last block_size tokens (nanoGPT's crop) and, since every
- * position embedding shifts, the cache is rebuilt from the whole window. */
+/* What generation's steps share: the model and its caches, made at the first. */
+typedef struct {
+    const tg_gpt *m;
+    kv_cache *caches;
+} generation;
+
+/* tg__decoder's step: tokens [T] at positions pos0.. through the model with
+ * the caches, the logits of the last one to row [vocab]. */
+static int next_logits(void *model, const int64_t *tokens, int64_t T, int64_t pos0, double *row)
+{
+    generation *g = model;
+    if (!g->caches && !(g->caches = new_caches(g->m)))
+        return -1;
+    tg_scope_begin();
+    tg_tensor *idx = tg_from_data(TG_INT64, 2, (int64_t[]){1, T}, tokens);
+    tg_tensor *x = idx ? trunk(g->m, idx, g->caches, pos0, 0) : NULL; /* [1, T, d] */
+    tg_tensor *logits = lm_head(g->m, tg_narrow(x, 1, T - 1, 1));     /* [1, 1, V] */
+    int rc = logits ? tg_copy_to(logits, TG_FLOAT64, row, g->m->config.vocab_size) : -1;
+    tg_scope_end();
+    return rc;
+}
+
+/* On caches made at the first step. Past block_size (opts->slide) the
+ * window becomes the last block_size tokens (nanoGPT's crop) and, since
+ * every position embedding shifts, the cache is rebuilt from it. */
 int tg_gpt_generate(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
                     const tg_sample_options *opts, tg_rng *rng, int64_t *out)
 {
@@ -560,36 +525,10 @@ int tg_gpt_generate_each(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, i
     TG_CHECK_ARG_STATUS(prompt);
     TG_CHECK_ARG_STATUS(opts);
     TG_CHECK_ARG_STATUS(out);
-    int64_t V = m->config.vocab_size, block = m->config.block_size;
-    if (tg__sample_check("tg_gpt_generate", prompt, prompt_len, n, opts, rng, V, block) < 0)
-        return -1;
-    memmove(out, prompt, (size_t)prompt_len * sizeof *out);
-    if (n == 0)
-        return 0;
-    tg__sampler *s = tg__sampler_new(V, "tg_gpt_generate");
-    kv_cache *caches = s ? new_caches(m) : NULL;
-    if (!caches) {
-        tg__sampler_free(s);
-        return -1;
-    }
-    double *row = tg__sampler_row(s);
-    bool was = tg_set_grad_enabled(false);
-    int64_t len = prompt_len, w = len > block ? len - block : 0, cached = 0;
-    int rc = 0;
-    for (int64_t i = 0; i < n && rc == 0; i++) {
-        if (len - w > block) {
-            w = len - block;
-            cached = 0;
-        }
-        rc = next_logits(m, out + w + cached, len - w - cached, caches, cached, row);
-        cached = len - w;
-        if (rc == 0)
-            out[len++] = tg__sampler_pick(s, opts, rng);
-        if (rc == 0 && on_token && on_token(out[len - 1], ctx))
-            break;
-    }
-    tg_set_grad_enabled(was);
-    free_caches(caches, m->config.n_layer);
-    tg__sampler_free(s);
+    generation g = {m, NULL};
+    tg__decoder d = {"tg_gpt_generate", m->config.vocab_size, m->config.block_size,
+                     next_logits, &g};
+    int rc = tg__generate(&d, prompt, prompt_len, n, opts, rng, out, on_token, ctx);
+    free_caches(g.caches, m->config.n_layer);
     return rc;
 }

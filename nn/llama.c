@@ -8,7 +8,7 @@
 #include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
-#include "sample.h"
+#include "lm.h"
 
 /* One decoder layer; projection weights are [out, in]. */
 typedef struct {
@@ -411,50 +411,6 @@ static tg_tensor *logits_of(const tg_llama *m, const tg_tensor *idx, tg_llama_ca
                               NULL);
 }
 
-/* idx: int64 [B, T] with 1 <= T <= room and tokens in [0, vocab). */
-static int check_idx(const tg_llama *m, const tg_tensor *idx, const char *fn, int64_t room)
-{
-    if (tg_dtype_of(idx) != TG_INT64) {
-        tg_fail(TG_ERR_DTYPE, "%s: idx dtype %s is not int64", fn,
-                tg_dtype_name(tg_dtype_of(idx)));
-        return -1;
-    }
-    if (tg_ndim(idx) != 2 || tg_shape(idx)[1] < 1 || tg_shape(idx)[1] > room) {
-        tg_fail(TG_ERR_SHAPE, "%s: idx %s is not [B, T] with 1 <= T <= %lld (block_size %lld)",
-                fn, TG_SHAPE_STRING(idx), (long long)room, (long long)m->config.block_size);
-        return -1;
-    }
-    tg_scope_begin(); /* holds the contiguous copy */
-    tg_tensor *c = tg_contiguous(idx);
-    const int64_t *p = tg_data_const(c);
-    int rc = p ? 0 : -1;
-    for (int64_t i = 0; p && i < tg_numel(c) && rc == 0; i++)
-        if (p[i] < 0 || p[i] >= m->config.vocab_size) {
-            tg_fail(TG_ERR_INDEX, "%s: token %lld at flat position %lld is outside "
-                    "[0, vocab_size %lld)", fn, (long long)p[i], (long long)i,
-                    (long long)m->config.vocab_size);
-            rc = -1;
-        }
-    tg_scope_end();
-    return rc;
-}
-
-static int check_targets(const tg_tensor *idx, const tg_tensor *targets)
-{
-    if (tg_dtype_of(targets) != TG_INT64) {
-        tg_fail(TG_ERR_DTYPE, "tg_llama_forward: targets dtype %s is not int64",
-                tg_dtype_name(tg_dtype_of(targets)));
-        return -1;
-    }
-    if (tg_ndim(targets) != 2 || tg_shape(targets)[0] != tg_shape(idx)[0] ||
-        tg_shape(targets)[1] != tg_shape(idx)[1]) {
-        tg_fail(TG_ERR_SHAPE, "tg_llama_forward: targets %s do not match idx %s",
-                TG_SHAPE_STRING(targets), TG_SHAPE_STRING(idx));
-        return -1;
-    }
-    return 0;
-}
-
 tg_tensor *tg_llama_forward(const tg_llama *m, const tg_tensor *idx, const tg_tensor *targets,
                             tg_tensor **loss)
 {
@@ -463,8 +419,9 @@ tg_tensor *tg_llama_forward(const tg_llama *m, const tg_tensor *idx, const tg_te
     TG_CHECK_ARG(m);
     TG_CHECK_ARG(idx);
     bool want_loss = targets && loss;
-    if (check_idx(m, idx, __func__, m->config.block_size) < 0 ||
-        (want_loss && check_targets(idx, targets) < 0))
+    int64_t block = m->config.block_size;
+    if (tg__check_idx(__func__, idx, m->config.vocab_size, block, block) < 0 ||
+        (want_loss && tg__check_targets(__func__, idx, targets) < 0))
         return NULL;
     int64_t B = tg_shape(idx)[0], T = tg_shape(idx)[1], V = m->config.vocab_size;
     tg_scope_begin();
@@ -505,7 +462,8 @@ tg_tensor *tg_llama_forward_cached(const tg_llama *m, tg_llama_cache *c, const t
     if (c->model != m)
         return tg_fail(TG_ERR_VALUE, "tg_llama_forward_cached: the cache was made for "
                        "another model");
-    if (check_idx(m, idx, __func__, m->config.block_size - c->len) < 0)
+    int64_t block = m->config.block_size;
+    if (tg__check_idx(__func__, idx, m->config.vocab_size, block - c->len, block) < 0)
         return NULL;
     if (tg_shape(idx)[0] != 1)
         return tg_fail(TG_ERR_SHAPE, "tg_llama_forward_cached: idx %s is not one sequence "
@@ -515,15 +473,24 @@ tg_tensor *tg_llama_forward_cached(const tg_llama *m, tg_llama_cache *c, const t
 
 /* ---- generation ---------------------------------------------------------------------- */
 
-/* Runs tokens [T] through the cache at its next positions and writes the
- * logits of the last one to row [vocab]. */
-static int next_logits(const tg_llama *m, tg_llama_cache *c, const int64_t *tokens, int64_t T,
-                       double *row)
+/* What generation's steps share: the model and its cache, made at the first. */
+typedef struct {
+    const tg_llama *m;
+    tg_llama_cache *cache;
+} generation;
+
+/* tg__decoder's step: tokens [T] at positions pos0.. of the cache, whose
+ * positions from pos0 on are dropped first; the last one's logits to row. */
+static int next_logits(void *model, const int64_t *tokens, int64_t T, int64_t pos0, double *row)
 {
+    generation *g = model;
+    if (!g->cache && !(g->cache = tg_llama_cache_new(g->m)))
+        return -1;
+    g->cache->len = pos0;
     tg_scope_begin();
     tg_tensor *idx = tg_from_data(TG_INT64, 2, (int64_t[]){1, T}, tokens);
-    tg_tensor *logits = idx ? forward_cached(m, c, idx, true) : NULL; /* [1, 1, V] */
-    int rc = logits ? tg_copy_to(logits, TG_FLOAT64, row, m->config.vocab_size) : -1;
+    tg_tensor *logits = idx ? forward_cached(g->m, g->cache, idx, true) : NULL; /* [1, 1, V] */
+    int rc = logits ? tg_copy_to(logits, TG_FLOAT64, row, g->m->config.vocab_size) : -1;
     tg_scope_end();
     return rc;
 }
@@ -534,10 +501,8 @@ int tg_llama_generate(tg_llama *m, const int64_t *prompt, int64_t prompt_len, in
     return tg_llama_generate_each(m, prompt, prompt_len, n, opts, rng, out, NULL, NULL);
 }
 
-/* The cache holds the first cached positions of the window out[w..len).
- * Each new token runs one position; when the sequence outgrows block_size
- * (opts->slide) the window becomes the last block_size tokens and, every
- * token's rotation having changed, the cache is rebuilt from it. */
+/* On a cache made at the first step. Past block_size (opts->slide) the
+ * cache is rebuilt from the slid window: every token's rotation changed. */
 int tg_llama_generate_each(tg_llama *m, const int64_t *prompt, int64_t prompt_len, int64_t n,
                            const tg_sample_options *opts, tg_rng *rng, int64_t *out,
                            int (*on_token)(int64_t token, void *ctx), void *ctx)
@@ -546,33 +511,10 @@ int tg_llama_generate_each(tg_llama *m, const int64_t *prompt, int64_t prompt_le
     TG_CHECK_ARG_STATUS(prompt);
     TG_CHECK_ARG_STATUS(opts);
     TG_CHECK_ARG_STATUS(out);
-    int64_t V = m->config.vocab_size, block = m->config.block_size;
-    if (tg__sample_check("tg_llama_generate", prompt, prompt_len, n, opts, rng, V, block) < 0)
-        return -1;
-    memmove(out, prompt, (size_t)prompt_len * sizeof *out);
-    if (n == 0)
-        return 0;
-    tg__sampler *s = tg__sampler_new(V, "tg_llama_generate");
-    tg_llama_cache *cache = s ? tg_llama_cache_new(m) : NULL;
-    if (!cache) {
-        tg__sampler_free(s);
-        return -1;
-    }
-    double *row = tg__sampler_row(s);
-    int64_t len = prompt_len, w = len > block ? len - block : 0;
-    int rc = 0;
-    for (int64_t i = 0; i < n && rc == 0; i++) {
-        if (len - w > block) {
-            w = len - block;
-            tg_llama_cache_reset(cache);
-        }
-        rc = next_logits(m, cache, out + w + cache->len, len - w - cache->len, row);
-        if (rc == 0)
-            out[len++] = tg__sampler_pick(s, opts, rng);
-        if (rc == 0 && on_token && on_token(out[len - 1], ctx))
-            break;
-    }
-    tg_llama_cache_free(cache);
-    tg__sampler_free(s);
+    generation g = {m, NULL};
+    tg__decoder d = {"tg_llama_generate", m->config.vocab_size, m->config.block_size,
+                     next_logits, &g};
+    int rc = tg__generate(&d, prompt, prompt_len, n, opts, rng, out, on_token, ctx);
+    tg_llama_cache_free(g.cache);
     return rc;
 }

@@ -1,6 +1,7 @@
 /* nn.LayerNorm: normalises the trailing dims given at construction, with an
- * optional elementwise affine (weight ones, bias zeros, as in PyTorch). The
- * arithmetic is the fused op tg_layer_norm. */
+ * optional elementwise affine (weight ones, bias zeros, as in PyTorch); and
+ * nn.RMSNorm over the last dim, weight ones. The arithmetic is the fused
+ * ops tg_layer_norm and tg_rms_norm. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -112,5 +113,58 @@ void tg_layer_norm_module_free(tg_layer_norm_module *m)
         return;
     tg_release(m->weight);
     tg_release(m->bias);
+    free(m);
+}
+
+/* ---- RMSNorm ----------------------------------------------------------------- */
+
+tg_rms_norm_module *tg_rms_norm_module_new(int64_t dim, double eps, tg_dtype dtype)
+{
+    if (dim < 1)
+        return tg_fail(TG_ERR_VALUE, "tg_rms_norm_module_new: dim %lld must be at least 1",
+                       (long long)dim);
+    if (!(eps > 0) || !isfinite(eps))
+        return tg_fail(TG_ERR_VALUE, "tg_rms_norm_module_new: eps %g must be positive and finite",
+                       eps);
+    if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64)
+        return tg_fail(TG_ERR_DTYPE, "tg_rms_norm_module_new: dtype %s is not a float dtype",
+                       tg_dtype_name(dtype));
+    tg_rms_norm_module *m = calloc(1, sizeof *m);
+    if (!m)
+        return tg_fail(TG_ERR_NOMEM, "tg_rms_norm_module_new: out of memory");
+    m->dim = dim;
+    m->eps = eps;
+    bool was = tg_set_grad_enabled(false);
+    m->weight = filled_param(dtype, 1, &dim, 1.0);
+    tg_set_grad_enabled(was);
+    if (!m->weight) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+tg_tensor *tg_rms_norm_module_forward(const tg_rms_norm_module *m, const tg_tensor *x)
+{
+    TG_CHECK_ARG(m);
+    TG_CHECK_ARG(x);
+    if (tg_ndim(x) < 1 || tg_shape(x)[tg_ndim(x) - 1] != m->dim)
+        return tg_fail(TG_ERR_SHAPE, "tg_rms_norm_module_forward: input %s does not end in [%lld]",
+                       TG_SHAPE_STRING(x), (long long)m->dim);
+    return tg_rms_norm(x, m->weight, m->eps);
+}
+
+int tg_rms_norm_module_params(const tg_rms_norm_module *m, const char *prefix, tg_params *ps)
+{
+    TG_CHECK_ARG_STATUS(m);
+    TG_CHECK_ARG_STATUS(ps);
+    return tg_params_add(ps, prefix, "weight", m->weight);
+}
+
+void tg_rms_norm_module_free(tg_rms_norm_module *m)
+{
+    if (!m)
+        return;
+    tg_release(m->weight);
     free(m);
 }

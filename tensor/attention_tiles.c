@@ -33,6 +33,23 @@ static int64_t batch_off(const attn_plan *p, const int64_t *stride, int64_t b)
     return off;
 }
 
+/* batch_off for k, v and their gradients, which hold one head where the
+ * group of query heads of batch b reads them (grouped-query attention). */
+static int64_t kv_off(const attn_plan *p, const int64_t *stride, int64_t b)
+{
+    if (p->group == 1)
+        return batch_off(p, stride, b);
+    int64_t h = b % p->bshape[p->nbd - 1];
+    return batch_off(p, stride, b - h) + h / p->group * stride[p->nbd - 1];
+}
+
+/* The rows of a block: row r is query i + r di of batch b + r db. A query
+ * block of one batch is {b, 0, r0, 1}; query 0 of a group's heads, which
+ * share their K and V, is {b0, 1, 0, 0}. */
+typedef struct {
+    int64_t b, db, i, di;
+} block_rows;
+
 static size_t esize(const attn_plan *p)
 {
     return tg_dtype_size(p->dtype);
@@ -65,31 +82,33 @@ static int64_t key_end(const attn_plan *p, int64_t r1)
     } while (0)
 
 /* Adds the mask and the causal rule to a tile of scores t [nr, ldt] in the
- * dtype (rows r0.., keys j0..): masked entries become -inf, a float mask is
- * added. */
-static void mask_tile(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int64_t j0,
-                      int64_t nc, void *t, int64_t ldt)
+ * dtype (the rows at, keys j0..): masked entries become -inf, a float mask
+ * is added. */
+static void mask_rows(const attn_plan *p, block_rows at, int64_t nr, int64_t j0, int64_t nc,
+                      void *t, int64_t ldt)
 {
     bool f32 = p->dtype == TG_FLOAT32;
     if (p->mask) {
         const tg_tensor *m = p->mask;
-        int64_t base = batch_off(p, p->mst, b), si = p->mst[p->nbd], sj = p->mst[p->nbd + 1];
+        int64_t si = p->mst[p->nbd], sj = p->mst[p->nbd + 1];
         for (int64_t r = 0; r < nr; r++) {
-            int64_t o = base + (r0 + r) * si + j0 * sj;
+            int64_t o = batch_off(p, p->mst, at.b + r * at.db) + (at.i + r * at.di) * si + j0 * sj;
             if (f32)
                 MASK_ROW(float, (float *)t + r * ldt, m, o, sj, nc);
             else
                 MASK_ROW(double, (double *)t + r * ldt, m, o, sj, nc);
         }
     }
-    if (p->causal && j0 + nc - 1 > r0)
-        for (int64_t r = 0; r < nr; r++)
-            for (int64_t c = r0 + r + 1 - j0 < 0 ? 0 : r0 + r + 1 - j0; c < nc; c++) {
+    if (p->causal)
+        for (int64_t r = 0; r < nr; r++) {
+            int64_t c0 = at.i + r * at.di + 1 - j0; /* the first key after the query */
+            for (int64_t c = c0 < 0 ? 0 : c0; c < nc; c++) {
                 if (f32)
                     ((float *)t)[r * ldt + c] = -INFINITY;
                 else
                     ((double *)t)[r * ldt + c] = -INFINITY;
             }
+        }
 }
 
 /* Whether the tile of rows r0.. and keys j0.. (nc of them) crosses the
@@ -135,11 +154,11 @@ static int score_rows(const attn_plan *p, int64_t b, int64_t r0, int64_t nr, int
                       int64_t nc, void *t, int64_t ldt)
 {
     const char *q = p->q + (size_t)(batch_off(p, p->qb, b) + r0 * p->qrs) * esize(p);
-    const char *k = p->k + (size_t)(batch_off(p, p->kb, b) + j0 * p->krs) * esize(p);
+    const char *k = p->k + (size_t)(kv_off(p, p->kb, b) + j0 * p->krs) * esize(p);
     if (scores_product(p, on_diagonal(p, r0, j0, nc), r0 - j0, nr, nc, p->E, p->scale, q,
                        p->qrs, k, p->krs, t, ldt) < 0)
         return -1;
-    mask_tile(p, b, r0, nr, j0, nc, t, ldt);
+    mask_rows(p, (block_rows){b, 0, r0, 1}, nr, j0, nc, t, ldt);
     return 0;
 }
 
@@ -193,11 +212,11 @@ static void drop_weights(const attn_plan *p, int64_t b, int64_t i, int64_t j0, v
     tg__drop_span(p->dtype, p->key, p->drop_below, p->keep, (b * p->L + i) * p->S + j0, nc, t, t);
 }
 
-/* Online softmax over one score tile (rows r0.., keys j0.. of batch b): for
- * each row, the new running max, the rescaling of what was accumulated, and
- * p = exp(s - max) in place of the scores in w->t, dropped out after its sum
- * is taken (the sum normalises the weights before dropout). */
-static void online_softmax(const attn_plan *p, scratch *w, int64_t b, int64_t r0, int64_t j0,
+/* Online softmax over one score tile (the rows at, keys j0..): for each
+ * row, the new running max, the rescaling of what was accumulated, and p =
+ * exp(s - max) in place of the scores in w->t, dropped out after its sum is
+ * taken (the sum normalises the weights before dropout). */
+static void online_softmax(const attn_plan *p, scratch *w, block_rows at, int64_t j0,
                            int64_t nr, int64_t nc)
 {
     for (int64_t r = 0; r < nr; r++) {
@@ -210,7 +229,7 @@ static void online_softmax(const attn_plan *p, scratch *w, int64_t b, int64_t r0
         }
         double alpha = exp(w->m[r] - mx), sum = tg__attn_exp_row(p->dtype, t, mx, nc);
         if (p->dropout)
-            drop_weights(p, b, r0 + r, j0, t, nc);
+            drop_weights(p, at.b + r * at.db, at.i + r * at.di, j0, t, nc);
         bool first = w->m[r] == -INFINITY; /* the accumulator is still zero */
         w->l[r] = w->l[r] * alpha + sum;
         w->m[r] = mx;
@@ -231,6 +250,22 @@ static int64_t out_row(const attn_plan *p, int64_t b, int64_t t)
         return (b * p->L + t) * p->Ev;
     int64_t H = p->bshape[1], b0 = b / H, b1 = b % H;
     return ((b0 * p->L + t) * H + b1) * p->Ev;
+}
+
+/* The output rows and logsumexps of the rows at (nr of them) from the
+ * accumulator and running sums an online softmax left in w. */
+static void finish_rows(const attn_plan *p, const scratch *w, block_rows at, int64_t nr,
+                        char *out, double *lse)
+{
+    size_t es = esize(p);
+    for (int64_t r = 0; r < nr; r++) {
+        int64_t b = at.b + r * at.db, i = at.i + r * at.di;
+        /* A row with every key masked has l = 0: zeros, as the softmax op gives. */
+        double inv = w->l[r] > 0 ? 1.0 / w->l[r] : 0;
+        tg__attn_scaled_copy(p->dtype, out + (size_t)out_row(p, b, i) * es,
+                             (const char *)w->acc + (size_t)(r * p->Ev) * es, p->Ev, inv);
+        lse[b * p->L + i] = w->l[r] > 0 ? w->m[r] + log(w->l[r]) : -INFINITY;
+    }
 }
 
 bool tg__attn_keeps_weights(const attn_plan *p)
@@ -257,7 +292,7 @@ static int forward_one_tile_f32(const attn_plan *p, scratch *w, int64_t b, int64
         return -1;
     /* kept weights make the backward's logsumexp unneeded */
     tg__attn_softmax_f32(t, ldt, nr, nc, w->l, p->weights ? NULL : lse + b * p->L + r0);
-    const float *v = (const float *)p->v + batch_off(p, p->vb, b);
+    const float *v = (const float *)p->v + kv_off(p, p->vb, b);
     int64_t ldo = nr > 1 ? out_row(p, b, r0 + 1) - out_row(p, b, r0) : p->Ev;
     /* row i's weights end at key r0 + i on the diagonal */
     return tile_product(p, on_diagonal(p, r0, 0, nc), false, nr, p->Ev, nc, 1.0, t, ldt, v,
@@ -275,7 +310,7 @@ static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, 
     memset(w->acc, 0, (size_t)(nr * p->Ev) * es);
     for (int64_t r = 0; r < nr; r++)
         w->m[r] = -INFINITY, w->l[r] = 0;
-    const char *v = p->v + (size_t)batch_off(p, p->vb, b) * es;
+    const char *v = p->v + (size_t)kv_off(p, p->vb, b) * es;
     for (int64_t j0 = 0, jend = key_end(p, r0 + nr); j0 < jend; j0 += BC) {
         int64_t nc = jend - j0 < BC ? jend - j0 : BC;
         if (score_tile(p, b, r0, nr, j0, nc, w->t) < 0)
@@ -283,26 +318,68 @@ static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, 
         if (p->dtype == TG_FLOAT32 && !p->dropout)
             tg__attn_online_softmax_f32(w->t, BC, w->acc, w->m, w->l, nr, nc, p->Ev);
         else
-            online_softmax(p, w, b, r0, j0, nr, nc);
+            online_softmax(p, w, (block_rows){b, 0, r0, 1}, j0, nr, nc);
         if (tile_product(p, on_diagonal(p, r0, j0, nc), false, nr, p->Ev, nc, 1.0, w->t, BC,
                          v + (size_t)(j0 * p->vrs) * es, p->vrs, 1.0, w->acc, p->Ev, INT64_MIN,
                          r0 - j0) < 0)
             return -1;
     }
-    int64_t row0 = b * p->L + r0;
-    for (int64_t r = 0; r < nr; r++) {
-        /* A row with every key masked has l = 0: zeros, as the softmax op gives. */
-        double inv = w->l[r] > 0 ? 1.0 / w->l[r] : 0;
-        tg__attn_scaled_copy(p->dtype, out + (size_t)out_row(p, b, r0 + r) * es,
-                    (const char *)w->acc + (size_t)(r * p->Ev) * es, p->Ev, inv);
-        lse[row0 + r] = w->l[r] > 0 ? w->m[r] + log(w->l[r]) : -INFINITY;
-    }
+    finish_rows(p, w, (block_rows){b, 0, r0, 1}, nr, out, lse);
     return 0;
+}
+
+/* Query row 0 of the nr heads from batch b0 on, of one group, as the rows
+ * of one block: each tile of their kv head's K and V is read once for all
+ * of them, not once per head (decoding one token with grouped heads). The
+ * heads' q rows are a head stride apart (the caller has checked that it is
+ * at least E). On one query the causal rule is the same on every row, so
+ * the products see no diagonal. */
+static int forward_group(const attn_plan *p, scratch *w, int64_t b0, int64_t nr, char *out,
+                         double *lse)
+{
+    size_t es = esize(p);
+    block_rows at = {b0, 1, 0, 0};
+    const char *q = p->q + (size_t)batch_off(p, p->qb, b0) * es;
+    const char *k = p->k + (size_t)kv_off(p, p->kb, b0) * es;
+    const char *v = p->v + (size_t)kv_off(p, p->vb, b0) * es;
+    memset(w->acc, 0, (size_t)(nr * p->Ev) * es);
+    for (int64_t r = 0; r < nr; r++)
+        w->m[r] = -INFINITY, w->l[r] = 0;
+    for (int64_t j0 = 0, jend = key_end(p, 1); j0 < jend; j0 += BC) {
+        int64_t nc = jend - j0 < BC ? jend - j0 : BC;
+        if (tg__gemm(p->dtype, true, false, true, nr, nc, p->E, p->scale, q,
+                     p->qb[p->nbd - 1], k + (size_t)(j0 * p->krs) * es, p->krs, 0.0, w->t,
+                     BC) < 0)
+            return -1;
+        mask_rows(p, at, nr, j0, nc, w->t, BC);
+        if (p->dtype == TG_FLOAT32 && !p->dropout)
+            tg__attn_online_softmax_f32(w->t, BC, w->acc, w->m, w->l, nr, nc, p->Ev);
+        else
+            online_softmax(p, w, at, j0, nr, nc);
+        if (tg__gemm(p->dtype, true, false, false, nr, p->Ev, nc, 1.0, w->t, BC,
+                     v + (size_t)(j0 * p->vrs) * es, p->vrs, 1.0, w->acc, p->Ev) < 0)
+            return -1;
+    }
+    finish_rows(p, w, at, nr, out, lse);
+    return 0;
+}
+
+/* Whether the forward takes one query row of a group's heads as one block
+ * (forward_group): grouped heads, L = 1, no weights kept, and q's heads
+ * rows of a GEMM. */
+static bool by_groups(const attn_plan *p)
+{
+    return p->group > 1 && p->L == 1 && !p->weights &&
+           p->qb[p->nbd - 1] >= (p->E > 1 ? p->E : 1);
 }
 
 int tg__attn_forward_all(const attn_plan *p, char *out, double *lse)
 {
-    int64_t nblk = (p->L + BR - 1) / BR, tasks = p->nb * nblk;
+    /* blocks per batch, of query rows or (by groups) of a group's heads */
+    bool groups = by_groups(p);
+    int64_t nblk = ((groups ? p->group : p->L) + BR - 1) / BR;
+    int64_t tasks = (groups ? p->nb / p->group : p->nb) * nblk;
+    int64_t per = groups && nblk ? (p->group + nblk - 1) / nblk : BR; /* rows per block */
     bool par = tasks > 1 && (double)p->nb * p->L * p->S * (p->E + p->Ev) > PAR_MIN;
     int failed = 0;
     (void)par;
@@ -312,8 +389,13 @@ int tg__attn_forward_all(const attn_plan *p, char *out, double *lse)
         int bad = scratch_new(&w, p);
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < tasks; t++) {
-            int64_t b = t / nblk, r0 = (t % nblk) * BR;
-            if (!bad)
+            int64_t b = t / nblk, r0 = (t % nblk) * per;
+            if (bad)
+                continue;
+            if (groups) /* t's heads of kv batch b */
+                bad = forward_group(p, &w, b * p->group + r0,
+                                    p->group - r0 < per ? p->group - r0 : per, out, lse);
+            else
                 bad = forward_block(p, &w, b, r0, p->L - r0 < BR ? p->L - r0 : BR, out, lse);
         }
         scratch_free(&w);
@@ -428,9 +510,10 @@ static void zero_unseen_keys(const attn_plan *p, const grad_slices *g, int64_t s
 
 /* backward_batch's products when the forward kept the weights P [L, wld]
  * of batch b (one tile): dPd = dO V^T, dS = P (dPd - D), and the three
- * gradients from P and dS, with nothing recomputed and no need of O. */
+ * gradients from P and dS, with nothing recomputed and no need of O. dk
+ * and dv are added to when add is true. */
 static int backward_kept(const attn_plan *p, scratch *w, int64_t b, const grad_slices *g,
-                         const float *q, const float *k, const float *v)
+                         const float *q, const float *k, const float *v, bool add)
 {
     int64_t nr = p->L, nc = key_end(p, p->L), S = p->wld;
     const float *P = p->weights + b * p->L * S;
@@ -441,13 +524,15 @@ static int backward_kept(const attn_plan *p, scratch *w, int64_t b, const grad_s
     tg__attn_kept_ds(P, S, dpd, BC, ds, BC, nr, nc);
     bool diag = on_diagonal(p, 0, 0, nc);
     int rc = 0;
-    /* one tile: each product writes its gradient's rows outright */
+    /* one tile: each product writes its gradient's rows outright (or adds
+     * to a group's) */
+    double key_beta = add ? 1.0 : 0.0;
     if (g->dv)
-        rc |= tile_product(p, diag, true, nc, p->Ev, nr, 1.0, P, S, g->go, g->go_rs, 0.0, g->dv,
-                           g->dv_rs, 0, INT64_MAX);
+        rc |= tile_product(p, diag, true, nc, p->Ev, nr, 1.0, P, S, g->go, g->go_rs, key_beta,
+                           g->dv, g->dv_rs, 0, INT64_MAX);
     if (g->dk)
-        rc |= tile_product(p, diag, true, nc, p->E, nr, p->scale, ds, BC, q, p->qrs, 0.0, g->dk,
-                           g->dk_rs, 0, INT64_MAX);
+        rc |= tile_product(p, diag, true, nc, p->E, nr, p->scale, ds, BC, q, p->qrs, key_beta,
+                           g->dk, g->dk_rs, 0, INT64_MAX);
     if (g->dq)
         rc |= tile_product(p, diag, false, nr, p->E, nc, p->scale, ds, BC, k, p->krs, 0.0, g->dq,
                            g->dq_rs, INT64_MIN, 0);
@@ -455,23 +540,27 @@ static int backward_kept(const attn_plan *p, scratch *w, int64_t b, const grad_s
     return rc < 0 ? -1 : 0;
 }
 
+/* The gradients of batch b into g's slices; dk and dv are added to when
+ * add is true (the later query heads of a group), else written. */
 static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_slices *g,
-                          double *dsum)
+                          double *dsum, bool add)
 {
     tg_dtype dt = p->dtype;
     size_t es = esize(p);
     const char *q = p->q + (size_t)batch_off(p, p->qb, b) * es;
-    const char *k = p->k + (size_t)batch_off(p, p->kb, b) * es;
-    const char *v = p->v + (size_t)batch_off(p, p->vb, b) * es;
+    const char *k = p->k + (size_t)kv_off(p, p->kb, b) * es;
+    const char *v = p->v + (size_t)kv_off(p, p->vb, b) * es;
     if (p->weights)
-        return backward_kept(p, w, b, g, (const float *)q, (const float *)k, (const float *)v);
+        return backward_kept(p, w, b, g, (const float *)q, (const float *)k, (const float *)v,
+                             add);
     /* D[i] = sum_e dO[i,e] O[i,e]: the rowsum(dP * P) of the softmax backward. */
     tg__attn_row_dots(dt, g->go, g->go_rs, g->o, g->o_rs, p->L, p->Ev, dsum);
     /* Each gradient row is written by the first tile that reaches it and
      * added to by the rest, so nothing is zeroed first: a query block's
      * first tile is key block 0; key blocks are reached in order, and those
      * below seen had been reached by an earlier query block (the blocks line
-     * up, BR being BC, and only the last query block can end short). */
+     * up, BR being BC, and only the last query block can end short). A
+     * group's later heads add to dk and dv throughout. */
     int64_t seen = 0;
     if (p->S == 0 && g->dq) /* no key at all: no tile */
         zero_rows(g->dq, p->L, p->E, g->dq_rs, es);
@@ -494,7 +583,7 @@ static int backward_batch(const attn_plan *p, scratch *w, int64_t b, const grad_
              * up to i + d. */
             bool diag = on_diagonal(p, r0, j0, nc);
             int64_t d = r0 - j0;
-            double key_beta = j0 < seen ? 1.0 : 0.0, query_beta = j0 > 0 ? 1.0 : 0.0;
+            double key_beta = add || j0 < seen ? 1.0 : 0.0, query_beta = j0 > 0 ? 1.0 : 0.0;
             if (g->dv)
                 rc |= tile_product(p, diag, true, nc, p->Ev, nr, 1.0, w->t2, BC, goi, g->go_rs,
                                    key_beta, g->dv + (size_t)(j0 * g->dv_rs) * es, g->dv_rs, -d,
@@ -529,15 +618,18 @@ static grad_slices batch_slices(const attn_plan *p, const grad_layout *g, int64_
     if (s.dq)
         s.dq += (size_t)batch_off(p, g->dqb, b) * es;
     if (s.dk)
-        s.dk += (size_t)batch_off(p, g->dkb, b) * es;
+        s.dk += (size_t)kv_off(p, g->dkb, b) * es;
     if (s.dv)
-        s.dv += (size_t)batch_off(p, g->dvb, b) * es;
+        s.dv += (size_t)kv_off(p, g->dvb, b) * es;
     return s;
 }
 
 int tg__attn_backward_all(const attn_plan *p, const grad_layout *g)
 {
-    bool par = p->nb > 1 && (double)p->nb * p->L * p->S * (p->E + p->Ev) > PAR_MIN;
+    /* one task per kv batch: its group's heads in order, so that no two
+     * threads write one row of dk or dv and the sums' order is fixed */
+    int64_t group = p->group, tasks = p->nb / group;
+    bool par = tasks > 1 && (double)p->nb * p->L * p->S * (p->E + p->Ev) > PAR_MIN;
     int failed = 0;
     (void)par;
 #pragma omp parallel if (par)
@@ -546,11 +638,11 @@ int tg__attn_backward_all(const attn_plan *p, const grad_layout *g)
         double *dsum = malloc((size_t)(p->L > 0 ? p->L : 1) * sizeof(double)); /* [L] */
         int bad = scratch_new(&w, p) < 0 || !dsum;
 #pragma omp for schedule(static)
-        for (int64_t b = 0; b < p->nb; b++) {
-            grad_slices gb = batch_slices(p, g, b);
-            if (!bad)
-                bad = backward_batch(p, &w, b, &gb, dsum);
-        }
+        for (int64_t t = 0; t < tasks; t++)
+            for (int64_t m = 0; m < group && !bad; m++) {
+                grad_slices gb = batch_slices(p, g, t * group + m);
+                bad = backward_batch(p, &w, t * group + m, &gb, dsum, m > 0);
+            }
         scratch_free(&w);
         free(dsum);
         if (bad) {

@@ -11,12 +11,17 @@
 
 /* Everything the kernels read, on q [.., L, E], k [.., S, E] and v [.., S,
  * Ev] whose batch dims broadcast to bshape: unit steps along each row, any
- * row and batch strides. */
+ * row and batch strides. With group > 1 the last batch dim is q's heads H
+ * and k and v hold H / group heads there (grouped-query attention): query
+ * head h reads kv head h / group, so batch b = t group + m (m < group)
+ * reads kv batch t, and kb, vb (and the gradients' dkb, dvb) step over kv
+ * heads. */
 typedef struct {
     tg_dtype dtype;
     int nbd;                        /* batch dims */
     int64_t bshape[TG_MAX_DIMS];    /* broadcast batch shape */
     int64_t nb;                     /* its product */
+    int64_t group;                  /* query heads per kv head; 1 without grouping */
     int64_t L, S, E, Ev;
     double scale;
     bool causal;                    /* key j > query i is masked */
@@ -68,12 +73,16 @@ int64_t tg__attn_weights_ld(const attn_plan *p);
 
 /* The forward into out (with two batch dims [B, H], rows stored [B, L, H,
  * Ev], else contiguous) and lse [nb L], in parallel over (batch, query
- * block) pairs; p->weights, when set, gets a short problem's weights.
+ * block) pairs; p->weights, when set, gets a short problem's weights. One
+ * query row (L = 1) with grouped heads takes a group's heads as the rows of
+ * one block instead, which read their kv head's K and V in one pass.
  * Returns 0 or -1 (out of scratch memory). */
 int tg__attn_forward_all(const attn_plan *p, char *out, double *lse);
 
-/* The backward into g's gradients, in parallel over batches, each owning
- * its slices. Returns 0 or -1 (out of scratch memory). */
+/* The backward into g's gradients, in parallel over kv batches (batches
+ * without grouping), each owning its slices of dk and dv: the group's
+ * query heads add into them one after another, in order. Returns 0 or -1
+ * (out of scratch memory). */
 int tg__attn_backward_all(const attn_plan *p, const grad_layout *g);
 
 #endif

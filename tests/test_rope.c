@@ -149,6 +149,26 @@ START_TEST(rope_of_a_transposed_heads_view_keeps_its_memory_order)
 }
 END_TEST
 
+/* Generation rotates one new position at a time: the same bits as that
+ * row of the whole sequence; and no rows at all is no work. */
+START_TEST(rope_of_one_position_matches_its_row_of_the_sequence)
+{
+    tg_rope_table *table = tg_rope_table_new(12, 8, 10000, TG_ROPE_HALF);
+    tg_scope_begin();
+    tg_tensor *x = ramp(TG_FLOAT32, 3, SHAPE(2, 12, 8), -1, 0.01);
+    tg_tensor *all = tg_rope(x, table, 0);
+    for (int64_t p = 0; p < 12; p++) {
+        double *want = values_of(tg_narrow(all, 1, p, 1));
+        assert_values(tg_rope(tg_narrow(x, 1, p, 1), table, p), want, 16, 0);
+        free(want);
+    }
+    tg_tensor *none = tg_rope(tg_zeros(TG_FLOAT32, 3, SHAPE(2, 0, 8)), table, 12);
+    ck_assert_shape(none, 2, 0, 8);
+    tg_scope_end();
+    tg_rope_table_free(table);
+}
+END_TEST
+
 /* ---- backward ------------------------------------------------------------------ */
 
 /* Backward of y = rope(x) given dy = y is rope(y, -angle) = x again. */
@@ -276,6 +296,7 @@ int main(void)
     tcase_add_test(values, rope_with_hd_strided_matches_both_formulas);
     tcase_add_test(values, rope_of_many_rows_matches_the_formula_in_both_dtypes);
     tcase_add_test(values, rope_of_a_transposed_heads_view_keeps_its_memory_order);
+    tcase_add_test(values, rope_of_one_position_matches_its_row_of_the_sequence);
     suite_add_tcase(s, values);
     TCase *backward = tcase_checked("backward");
     tcase_add_test(backward, rope_backward_is_the_inverse_rotation);

@@ -307,11 +307,18 @@ TG_API tg_tensor *tg_rope(const tg_tensor *x, const tg_rope_table *table, int64_
  * per query row for backward, which recomputes the scores tile by tile.
  * With 4-D inputs [B, H, L, E] the output's memory is [B, L, H, Ev] (a
  * transposed view, not contiguous), so that merging the heads with
- * transpose(1, 2) and reshape costs no copy. tg_scaled_dot_product_attention
- * (nn.h) calls this when it can. Errors: TG_ERR_NULL (also rng NULL with
- * dropout), TG_ERR_DTYPE (q, k, v not one float dtype; mask not bool or
- * float), TG_ERR_SHAPE, TG_ERR_VALUE (scale not finite, dropout_p outside
- * [0, 1)). */
+ * transpose(1, 2) and reshape costs no copy. Grouped-query attention: q
+ * [B, H, L, E] (4 dims or more, heads at dim -3) may come with k [B, Hkv,
+ * S, E] and v [B, Hkv, S, Ev] where Hkv < H divides H; query head h reads
+ * kv head h / (H / Hkv) in place (Hugging Face's repeat_kv order, never a
+ * copy), and Hkv = 1 is multi-query attention. Masks and dropout are those
+ * of the [B, H, L, S] scores; the gradients of k and v sum each kv head's
+ * group of query heads. tg_scaled_dot_product_attention (nn.h) calls this
+ * when it can. Errors: TG_ERR_NULL (also rng NULL with dropout),
+ * TG_ERR_DTYPE (q, k, v not one float dtype; mask not bool or float),
+ * TG_ERR_SHAPE (also k and v with fewer heads than q but different head
+ * counts, or a count that does not divide q's), TG_ERR_VALUE (scale not
+ * finite, dropout_p outside [0, 1)). */
 TG_API tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor *v,
                                const tg_tensor *mask, bool is_causal, double scale,
                                double dropout_p, tg_rng *rng);

@@ -83,6 +83,22 @@ TG_API int tg_layer_norm_module_params(const tg_layer_norm_module *m, const char
                                        tg_params *ps);
 TG_API void tg_layer_norm_module_free(tg_layer_norm_module *m);
 
+/* RMSNorm over the last dim (torch.nn.RMSNorm, Hugging Face's
+ * LlamaRMSNorm): parameter "weight" [dim], ones. */
+typedef struct {
+    int64_t dim;
+    double eps;
+    tg_tensor *weight; /* [dim], ones */
+} tg_rms_norm_module;
+/* dim < 1, or eps not positive and finite: TG_ERR_VALUE; dtype not float:
+ * TG_ERR_DTYPE. Draws nothing. */
+TG_API tg_rms_norm_module *tg_rms_norm_module_new(int64_t dim, double eps, tg_dtype dtype);
+/* x [..., dim] -> the same shape, tg_rms_norm(x, weight, eps) */
+TG_API tg_tensor *tg_rms_norm_module_forward(const tg_rms_norm_module *m, const tg_tensor *x);
+TG_API int tg_rms_norm_module_params(const tg_rms_norm_module *m, const char *prefix,
+                                     tg_params *ps);
+TG_API void tg_rms_norm_module_free(tg_rms_norm_module *m);
+
 typedef struct {
     int64_t num_embeddings, embedding_dim;
     tg_tensor *weight; /* [num, dim], N(0, 1) */
@@ -113,7 +129,12 @@ TG_API tg_tensor *tg_dropout_module_forward(const tg_dropout_module *m, const tg
  * not allowed, or float, added to the scores. is_causal masks key j > query
  * i (with mask NULL). scale <= 0 means 1/sqrt(E). A query whose every key is
  * masked gets zero weights, not NaN. When weights is not NULL it receives the
- * attention weights [..., L, S] (after dropout). dropout_p needs rng. */
+ * attention weights [..., L, S] (after dropout). dropout_p needs rng.
+ * Grouped-query attention as tg_attention (autograd.h): q [B, H, L, E] with
+ * k [B, Hkv, S, E] and v [B, Hkv, S, Ev], Hkv < H dividing H, query head h
+ * reading kv head h / (H / Hkv) (Hkv = 1: multi-query); in place through
+ * the fused op, repeated only when weights are asked for. Other head counts
+ * below q's give TG_ERR_SHAPE naming them. */
 TG_API tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_tensor *k,
                                                   const tg_tensor *v, const tg_tensor *mask,
                                                   double dropout_p, bool is_causal, double scale,
