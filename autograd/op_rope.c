@@ -102,7 +102,7 @@ static tg_tensor *empty_in_order_of(const tg_tensor *x)
             order[k] = order[k - 1];
         order[k] = d;
     }
-    int64_t want = 1, shape[TG_MAX_DIMS], stride[TG_MAX_DIMS];
+    int64_t want = 1, shape[TG_MAX_DIMS] = {0}, stride[TG_MAX_DIMS] = {0};
     bool dense = true, identity = true;
     for (int k = nd - 1; k >= 0; k--) {
         int d = order[k];

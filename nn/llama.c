@@ -233,12 +233,19 @@ int tg_llama_params(const tg_llama *m, tg_params *ps)
 
 int64_t tg_llama_kv_cache_bytes(const tg_llama *m)
 {
-    if (!m)
-        return -1;
+    TG_CHECK_ARG_STATUS(m);
     const tg_llama_config *c = &m->config;
-    int64_t hd = c->n_embd / c->n_head;
-    return 2 * c->n_layer * c->n_kv_head * c->block_size * hd *
-           (int64_t)tg_dtype_size(tg_dtype_of(m->embed));
+    /* what tg_llama_cache_new allocates: a key and a value tensor a layer */
+    int64_t bytes = (int64_t)tg_dtype_size(tg_dtype_of(m->embed));
+    int64_t factors[5] = {2, c->n_layer, c->n_kv_head, c->block_size, c->n_embd / c->n_head};
+    for (int i = 0; i < 5; i++)
+        if (__builtin_mul_overflow(bytes, factors[i], &bytes)) {
+            tg_fail(TG_ERR_VALUE, "tg_llama_kv_cache_bytes: 2 * n_layer %lld * [%lld, %lld, "
+                    "%lld] elements overflow int64", (long long)c->n_layer,
+                    (long long)factors[2], (long long)factors[3], (long long)factors[4]);
+            return -1;
+        }
+    return bytes;
 }
 
 tg_llama_cache *tg_llama_cache_new(const tg_llama *m)
@@ -374,12 +381,13 @@ static tg_tensor *attention(const tg_llama *m, const llama_layer *L, const tg_te
             return NULL;
     }
     /* query head i reads kv head i / (H / Hkv) in place */
-    tg_tensor *y = tg_attention(q, k, v, mask, !mask && pos0 == 0, 0, 0, NULL); /* [B, H, T, hd] */
+    tg_tensor *y = tg_attention(q, k, v, mask, !mask && pos0 == 0, 0, 0, NULL); /* [B,H,T,hd] */
     y = tg_reshape(tg_transpose(y, 1, 2), 3, (int64_t[]){B, T, c->n_embd});
     return tg_affine(y, L->o, NULL);
 }
 
-/* h = x + attn(input_layernorm(x)); h + down(silu(gate(n)) * up(n)), n = post_attention_layernorm(h) */
+/* h = x + attn(input_layernorm(x)); h + down(silu(gate(n)) * up(n)) with
+ * n = post_attention_layernorm(h) */
 static tg_tensor *layer_forward(const tg_llama *m, const llama_layer *L, tg_tensor *x,
                                 tg_llama_cache *cache, int64_t l, int64_t pos0)
 {

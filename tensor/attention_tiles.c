@@ -328,6 +328,19 @@ static int forward_block(const attn_plan *p, scratch *w, int64_t b, int64_t r0, 
     return 0;
 }
 
+/* C = alpha A op(B) + beta C for forward_group: float32 products through
+ * the tiny kernel, which a group's few rows keep busy where the thin one,
+ * made for a row or two of a long product, lags. */
+static int group_product(const attn_plan *p, bool trans_b, int64_t m, int64_t n, int64_t k,
+                         double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                         double beta, void *c, int64_t ldc)
+{
+    if (p->dtype == TG_FLOAT32 && m > 0 && n > 0 && k > 0 && k <= TG_GEMM_TINY_MAX_K)
+        return tg__sgemm_tiny(false, trans_b, m, n, k, (float)alpha, a, lda, b, ldb,
+                              (float)beta, c, ldc);
+    return tg__gemm(p->dtype, true, false, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 /* Query row 0 of the nr heads from batch b0 on, of one group, as the rows
  * of one block: each tile of their kv head's K and V is read once for all
  * of them, not once per head (decoding one token with grouped heads). The
@@ -347,17 +360,16 @@ static int forward_group(const attn_plan *p, scratch *w, int64_t b0, int64_t nr,
         w->m[r] = -INFINITY, w->l[r] = 0;
     for (int64_t j0 = 0, jend = key_end(p, 1); j0 < jend; j0 += BC) {
         int64_t nc = jend - j0 < BC ? jend - j0 : BC;
-        if (tg__gemm(p->dtype, true, false, true, nr, nc, p->E, p->scale, q,
-                     p->qb[p->nbd - 1], k + (size_t)(j0 * p->krs) * es, p->krs, 0.0, w->t,
-                     BC) < 0)
+        if (group_product(p, true, nr, nc, p->E, p->scale, q, p->qb[p->nbd - 1],
+                          k + (size_t)(j0 * p->krs) * es, p->krs, 0.0, w->t, BC) < 0)
             return -1;
         mask_rows(p, at, nr, j0, nc, w->t, BC);
         if (p->dtype == TG_FLOAT32 && !p->dropout)
             tg__attn_online_softmax_f32(w->t, BC, w->acc, w->m, w->l, nr, nc, p->Ev);
         else
             online_softmax(p, w, at, j0, nr, nc);
-        if (tg__gemm(p->dtype, true, false, false, nr, p->Ev, nc, 1.0, w->t, BC,
-                     v + (size_t)(j0 * p->vrs) * es, p->vrs, 1.0, w->acc, p->Ev) < 0)
+        if (group_product(p, false, nr, p->Ev, nc, 1.0, w->t, BC,
+                          v + (size_t)(j0 * p->vrs) * es, p->vrs, 1.0, w->acc, p->Ev) < 0)
             return -1;
     }
     finish_rows(p, w, at, nr, out, lse);

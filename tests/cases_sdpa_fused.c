@@ -1,6 +1,7 @@
 /* Gradient-check cases for the fused attention ops: tg_attention with no
  * mask, causal, more keys than queries, float and bool masks, a fully masked
- * row, transposed views, batched heads [2,3,L,E], and dropout; and
+ * row, transposed views, batched heads [2,3,L,E], dropout, and grouped kv
+ * heads (GQA, MQA, one decoding row); and
  * tg_attention_qkvpacked, causal or not, on a strided qkv, with dropout. */
 #include "cases.h"
 
@@ -139,6 +140,47 @@ static tg_tensor *f_heads_dropout_causal(tg_tensor *const *x, int n, void *c)
     return with_dropout(x, true, 0.25);
 }
 
+/* Grouped-query attention: q [2, 6, L, 3] on k [2, Hkv, S, 3], v [2, Hkv,
+ * S, 2]. */
+static int grouped(tg_tensor **in, tg_rng *rng, int64_t Hkv, int64_t L, int64_t S)
+{
+    in[0] = gc_randn(rng, 4, (int64_t[]){2, 6, L, 3});
+    in[1] = gc_randn(rng, 4, (int64_t[]){2, Hkv, S, 3});
+    in[2] = gc_randn(rng, 4, (int64_t[]){2, Hkv, S, 2});
+    return 3;
+}
+
+static int gqa_6x2(tg_tensor **in, tg_rng *rng)
+{
+    return grouped(in, rng, 2, 3, 5);
+}
+
+static int mqa_6x1(tg_tensor **in, tg_rng *rng)
+{
+    return grouped(in, rng, 1, 3, 5);
+}
+
+/* One query row over 7 keys: decoding, a group's heads as one block. */
+static int gqa_decode_row(tg_tensor **in, tg_rng *rng)
+{
+    return grouped(in, rng, 2, 1, 7);
+}
+
+/* Causal, with a bool key padding mask [2, 1, 1, S] (batch 1 loses its
+ * last two keys) and dropout: every part of the plan on grouped heads. */
+static tg_tensor *f_gqa_masked_dropout(tg_tensor *const *x, int n, void *c)
+{
+    UNUSED;
+    int64_t S = tg_shape(x[1])[2];
+    tg_tensor *mask = tg_zeros(TG_BOOL, 4, (int64_t[]){2, 1, 1, S});
+    if (mask)
+        ((bool *)tg_data(mask))[2 * S - 1] = ((bool *)tg_data(mask))[2 * S - 2] = true;
+    tg_rng *rng = tg_rng_new(31);
+    tg_tensor *y = tg_attention(x[0], x[1], x[2], mask, true, 0, 0.2, rng);
+    tg_rng_free(rng);
+    return y;
+}
+
 /* qkv [2, 5, 3 * 2 heads * 2]. */
 static int packed_2x5(tg_tensor **in, tg_rng *rng)
 {
@@ -192,6 +234,10 @@ const gc_case cases_sdpa_fused[] = {
     {"attention_heads_views_causal", f_heads_views_causal, heads_2x3, 0, 0},
     {"attention_dropout", f_dropout, more_keys, 0, 0},
     {"attention_heads_dropout_causal", f_heads_dropout_causal, heads_2x3, 0, 0},
+    {"attention_gqa_6x2_causal", f_causal, gqa_6x2, 0, 0},
+    {"attention_gqa_6x2_masked_dropout", f_gqa_masked_dropout, gqa_6x2, 0, 0},
+    {"attention_mqa_6x1_causal", f_causal, mqa_6x1, 0, 0},
+    {"attention_gqa_decode_row", f_plain, gqa_decode_row, 0, 0},
     {"attention_qkvpacked", f_packed, packed_2x5, 0, 0},
     {"attention_qkvpacked_causal_scaled", f_packed_causal_scaled, packed_2x5, 0, 0},
     {"attention_qkvpacked_strided_causal", f_packed_strided_causal, packed_transposed, 0, 0},

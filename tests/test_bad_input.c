@@ -441,6 +441,20 @@ static bool gpt_prompt_token(tg_gpt *m, tg_rng *rng)
     FAILS_STATUS(tg_gpt_generate(m, (int64_t[]){12}, 1, 3, &o, rng, out));
 }
 static bool gpt_generate_prompt_outside_vocab(void) { return with_gpt(gpt_prompt_token); }
+static bool gpt_top_p(tg_gpt *m, tg_rng *rng)
+{
+    int64_t out[4];
+    tg_sample_options o = {.temperature = 1, .top_p = -0.5};
+    FAILS_STATUS(tg_gpt_generate(m, (int64_t[]){1}, 1, 3, &o, rng, out));
+}
+static bool gpt_generate_negative_top_p(void) { return with_gpt(gpt_top_p); }
+static bool gpt_past_context(tg_gpt *m, tg_rng *rng)
+{
+    int64_t out[5];
+    tg_sample_options o = {.temperature = 1};
+    FAILS_STATUS(tg_gpt_generate(m, (int64_t[]){1, 2}, 2, 3, &o, rng, out));
+}
+static bool gpt_generate_past_context_without_slide(void) { return with_gpt(gpt_past_context); }
 
 /* ---- optimizers and parameter lists ----------------------------------------------- */
 
@@ -708,6 +722,9 @@ static const bad_input catalogue[] = {
     E(gpt_generate_zero_temperature, TG_ERR_VALUE, "tg_gpt_generate", "temperature = 0"),
     E(gpt_generate_nan_temperature, TG_ERR_VALUE, "tg_gpt_generate", "temperature = nan"),
     E(gpt_generate_prompt_outside_vocab, TG_ERR_INDEX, "tg_gpt_generate", "12", "11"),
+    E(gpt_generate_negative_top_p, TG_ERR_VALUE, "tg_gpt_generate", "top_p = -0.5"),
+    E(gpt_generate_past_context_without_slide, TG_ERR_VALUE, "tg_gpt_generate",
+      "prompt_len = 2", "block_size = 4"),
     E(sgd_null_list, TG_ERR_NULL, "tg_sgd_new", "ps"),
     E(sgd_empty_list, TG_ERR_VALUE, "tg_sgd_new", "empty"),
     E(adam_lr_nan, TG_ERR_VALUE, "tg_adam_new", "learning rate", "nan"),

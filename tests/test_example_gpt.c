@@ -208,6 +208,18 @@ START_TEST(train_on_builtin_task_logs_saves_and_reports_accuracy)
     ck_assert_uint_eq(strspn(output, "0123456789+=\n"), strlen(output));
     ck_assert_int_eq(run("sample --ckpt m.safetensors --prompt 7 --tokens 9 --greedy"), 0);
     ck_assert_uint_eq(strlen(output), 1 + 9 + 1);
+    /* A nucleus too small for two characters is the greedy choice; past the
+     * context of 16 (5 + 20 characters) the window slides. */
+    char greedy[64];
+    ck_assert_int_eq(run("sample --ckpt m.safetensors --prompt 12+3= --tokens 20 --greedy"), 0);
+    snprintf(greedy, sizeof greedy, "%s", output);
+    ck_assert_int_eq(run("sample --ckpt m.safetensors --prompt 12+3= --tokens 20 --top-p 1e-9 "
+                         "--temperature 2 --seed 4"), 0);
+    ck_assert_str_eq(output, greedy);
+    ck_assert_int_eq(run("sample --ckpt m.safetensors --prompt 12+3 --tokens 25 --top-k 5 "
+                         "--top-p 0.9 --seed 3"), 0);
+    ck_assert_uint_eq(strlen(output), 4 + 25 + 1);
+    ck_assert_uint_eq(strspn(output, "0123456789+=\n"), strlen(output));
 
     ck_assert_int_eq(run("sample --ckpt m.safetensors --prompt 1x2 --tokens 5"), 1);
     ck_assert_output("'x'");
@@ -325,6 +337,11 @@ START_TEST(bad_command_lines_are_usage_errors)
         {"sample --prompt hi", "sample needs --ckpt"},
         {"sample --ckpt m --temperature -1", "--temperature: '-1'"},
         {"sample --ckpt m --tokens 1.5", "--tokens: '1.5'"},
+        {"sample --ckpt m --top-p 1.5", "--top-p: '1.5' is not a number in the allowed range 0..1"},
+        {"sample --ckpt m --top-p -0.1", "--top-p: '-0.1'"},
+        {"sample --ckpt m --top-p nan", "--top-p: 'nan'"},
+        {"sample --ckpt m --top-p", "--top-p needs a value"},
+        {"train --top-p 0.9", "unknown option '--top-p' for train"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ck_assert_msg(run(cases[i].args) == 2, "gpt %s:\n%s", cases[i].args, output);

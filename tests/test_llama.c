@@ -626,6 +626,7 @@ START_TEST(kv_cache_is_n_kv_head_over_n_head_of_gpts)
     tg_llama_cache_free(cache);
     ck_assert_int_eq(tg_live_tensors(), live);
     ck_assert_int_eq(tg_llama_kv_cache_bytes(NULL), -1);
+    ck_assert_error(TG_ERR_NULL, "tg_llama_kv_cache_bytes");
     tg_gpt_free(gpt);
     tg_llama_free(m);
     tg_rng_free(rng);
@@ -733,6 +734,32 @@ START_TEST(sampling_with_top_p_runs_and_a_tiny_top_p_is_greedy)
 }
 END_TEST
 
+/* The cache and the copies made while filling it belong to generation
+ * alone: a scope the caller has open and grad mode are left as they were. */
+START_TEST(generation_leaves_an_open_scope_and_grad_mode_as_they_were)
+{
+    tg_llama *m = small_model(TG_FLOAT32, small_config(), 41);
+    const int64_t prompt[] = {3, 7, 1};
+    int64_t inside[3 + 12], outside[3 + 12];
+    tg_sample_options o = {.greedy = true, .slide = true};
+    ck_assert_int_eq(tg_llama_generate(m, prompt, 3, 12, &o, NULL, outside), 0);
+    int64_t live = tg_live_tensors();
+    tg_scope_begin();
+    ck_assert_int_eq(tg_llama_generate(m, prompt, 3, 12, &o, NULL, inside), 0);
+    ck_assert_int_eq(tg_live_tensors(), live);
+    ck_assert_int_eq(tg_scope_depth(), 1);
+    tg_scope_end();
+    ck_assert_int_eq(memcmp(inside, outside, sizeof inside), 0);
+    ck_assert(tg_grad_enabled());
+    ck_assert_int_eq(tg_error_code(), TG_OK);
+    /* n = 0 copies the prompt */
+    int64_t same[3] = {0};
+    ck_assert_int_eq(tg_llama_generate(m, prompt, 3, 0, &o, NULL, same), 0);
+    ck_assert_int_eq(memcmp(same, prompt, sizeof same), 0);
+    tg_llama_free(m);
+}
+END_TEST
+
 /* ---- the suite ------------------------------------------------------------------------ */
 
 int main(void)
@@ -766,6 +793,7 @@ int main(void)
     tcase_add_test(gen, greedy_generation_equals_full_recomputation_and_slides);
     tcase_add_test(gen, generation_past_block_size_without_slide_is_refused_up_front);
     tcase_add_test(gen, sampling_with_top_p_runs_and_a_tiny_top_p_is_greedy);
+    tcase_add_test(gen, generation_leaves_an_open_scope_and_grad_mode_as_they_were);
     suite_add_tcase(s, gen);
     return run_suite(s);
 }

@@ -285,7 +285,9 @@ TG_API void tg_rope_table_free(tg_rope_table *t);
  * memory order when x is a permutation of a contiguous tensor (the
  * transposed view [B, H, T, hd] of a [B, T, H * hd] projection gives a
  * result whose memory is [B, T, H, hd] again), else it is contiguous. The
- * gradient is the inverse rotation, laid out the same way. Errors:
+ * gradient of x is the inverse rotation of the result's gradient, in that
+ * gradient's memory order by the same rule. The graph keeps no copy of x,
+ * only a reference to the table. Errors:
  * TG_ERR_NULL (x or table), TG_ERR_DTYPE (x not float), TG_ERR_SHAPE (x
  * under 2-D, its hd not the table's), TG_ERR_VALUE (pos0 < 0 or pos0 + T >
  * max_positions: positions past the table). */

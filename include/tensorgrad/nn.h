@@ -332,8 +332,9 @@ TG_API void tg_gpt_free(tg_gpt *m);
 
 /* A Llama-style decoder with Hugging Face LlamaForCausalLM's layout: token
  * embedding, no position embedding; per layer
- *   h = x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),  n = input_layernorm(x)
- *   x = h + down_proj(silu(gate_proj(n')) * up_proj(n')),               n' = post_attention_layernorm(h)
+ *   h = x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),
+ *   x = h + down_proj(silu(gate_proj(n')) * up_proj(n')),
+ * n = input_layernorm(x), n' = post_attention_layernorm(h),
  * with RMSNorm, causal grouped-query attention (query head i reads kv head
  * i / (n_head / n_kv_head)), rotary positions on q and k; then model.norm and
  * the LM head. Every Linear is bias-free, weights [out, in]. */
@@ -361,7 +362,10 @@ TG_API const tg_llama_config *tg_llama_config_of(const tg_llama *m);
 /* idx int64 [B, T] (1 <= T <= block_size, tokens in [0, vocab)) at positions
  * 0..T-1 -> logits [B, T, vocab]. When targets (int64 [B, T]) and loss are
  * not NULL, *loss receives the mean cross-entropy (targets of -1 are
- * ignored), a new reference like the logits. Errors as tg_gpt_forward. */
+ * ignored), a new reference like the logits. NULL (and *loss NULL) on
+ * error: TG_ERR_NULL, TG_ERR_DTYPE (idx or targets not int64), TG_ERR_SHAPE
+ * (idx not [B, T] with T in range, targets not idx's shape), TG_ERR_INDEX
+ * (a token outside [0, vocab)). */
 TG_API tg_tensor *tg_llama_forward(const tg_llama *m, const tg_tensor *idx,
                                    const tg_tensor *targets, tg_tensor **loss);
 /* Names (the state dict of LlamaForCausalLM): model.embed_tokens.weight;
@@ -380,7 +384,8 @@ TG_API int tg_llama_params(const tg_llama *m, tg_params *ps);
  * model only. NULL on error (TG_ERR_NULL, TG_ERR_NOMEM). */
 typedef struct tg_llama_cache tg_llama_cache;
 TG_API tg_llama_cache *tg_llama_cache_new(const tg_llama *m);
-/* Positions the cache holds (the next token's position). */
+/* Positions the cache holds (the next token's position); -1 with
+ * TG_ERR_NULL when c is NULL. */
 TG_API int64_t tg_llama_cache_len(const tg_llama_cache *c);
 /* Forgets every position (keeps the memory). NULL: no-op. */
 TG_API void tg_llama_cache_reset(tg_llama_cache *c);
@@ -396,7 +401,7 @@ TG_API tg_tensor *tg_llama_forward_cached(const tg_llama *m, tg_llama_cache *c,
                                           const tg_tensor *idx);
 /* The bytes of the KV cache generation allocates (tg_llama_cache_new):
  * 2 * n_layer * n_kv_head * block_size * head_dim * the dtype's size.
- * -1 when m is NULL. */
+ * -1 with TG_ERR_NULL when m is NULL. */
 TG_API int64_t tg_llama_kv_cache_bytes(const tg_llama *m);
 
 /* As tg_gpt_generate: appends n tokens to prompt[0..prompt_len) into out
