@@ -9,8 +9,16 @@
 #include <time.h>
 #include <unistd.h>
 
-/* What --arch llama needs to learn the task past the bar below. */
+/* What --arch llama needs to learn the task past the bar (26 s on two
+ * cores). Built with AddressSanitizer the run is ten times slower: there it
+ * is short, and checks the path's memory, not what it learns. */
+#if defined(__SANITIZE_ADDRESS__)
+#define LLAMA_TASK_ARGS "--steps 20 --batch 8"
+#define LLAMA_TASK_BAR 0.0
+#else
 #define LLAMA_TASK_ARGS "--steps 4000 --batch 32"
+#define LLAMA_TASK_BAR 90.0
+#endif
 
 static char dir[64];
 static char output[1 << 16];
@@ -593,7 +601,7 @@ START_TEST(llama_learns_the_task_past_the_accuracy_bar)
     ck_assert_output("2 kv heads, hidden 384");
     double pct = task_accuracy_printed();
     fprintf(stderr, "llama: " LLAMA_TASK_ARGS " gives %.1f%% on the task\n", pct);
-    ck_assert_msg(pct >= 90, "accuracy %.1f%%:\n%s", pct, output);
+    ck_assert_msg(pct >= LLAMA_TASK_BAR, "accuracy %.1f%%:\n%s", pct, output);
 }
 END_TEST
 
