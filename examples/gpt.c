@@ -15,23 +15,29 @@
 #include <tensorgrad/tensorgrad.h>
 
 #include "gpt_checkpoint.h"
+#include "gpt_data.h"
+#include "gpt_model.h"
+#include "gpt_plot.h"
 
 enum { EXIT_USAGE = 2 };
 
-/* --data files larger than this are refused: the text is held in memory as
- * one byte per character, and a CPU run of these models reads far less. */
-#define MAX_DATA_BYTES ((int64_t)1 << 30)
-
 static const char usage_text[] =
-    "usage: gpt train [--data FILE] [--config task|tiny|small|medium] [--steps N]\n"
-    "                 [--batch N] [--lr X] [--seed N] [--eval-every N] [--out FILE]\n"
-    "                 [--svg FILE] [--resume FILE] [--stop-at STEP] [--save-every N]\n"
+    "usage: gpt train [--arch gpt|llama] [--config task|tiny|small|medium]\n"
+    "                 [--data FILE] [--steps N] [--batch N] [--lr X] [--seed N]\n"
+    "                 [--eval-every N] [--out FILE] [--svg FILE] [--resume FILE]\n"
+    "                 [--stop-at STEP] [--save-every N]\n"
     "       gpt sample --ckpt FILE [--prompt TEXT] [--tokens N] [--temperature T]\n"
     "                  [--top-k K] [--top-p P] [--seed N] [--greedy]\n"
     "       gpt [train|sample] --help\n"
     "Without --data, train learns 3-digit addition (a task it makes up itself) and\n"
     "reports exact-match accuracy on problems it never trained on. --data takes a\n"
     "text file of at most 1 GiB with no NUL bytes.\n"
+    "--arch llama (default gpt) trains a Llama-style model instead: rotary positions,\n"
+    "grouped-query attention, RMSNorm, a SwiGLU MLP, the head tied to the embedding;\n"
+    "each config keeps its context, layers, heads and width, with kv heads and MLP\n"
+    "widths task 2/384, tiny 1/96, small 2/384, medium 2/1024. Without position\n"
+    "embeddings it learns the task more slowly: give it --steps 4000 --batch 32.\n"
+    "A checkpoint records its architecture; --resume and sample read it there.\n"
     "--out (default gpt.safetensors) is written every --save-every steps (default\n"
     "500: a save costs about one step, and a run killed or preempted loses at most\n"
     "500 steps; 0 saves only at the end) and at the end. Ctrl-C or SIGTERM stops\n"
@@ -42,27 +48,10 @@ static const char usage_text[] =
     "all), and slides its window past the model's context.\n"
     "Exit codes: 0 done, 1 failed, 2 bad command line.\n";
 
-/* ---- model shapes ------------------------------------------------------------ */
-
-typedef struct {
-    const char *name;
-    int64_t block_size, n_layer, n_head, n_embd;
-} shape;
-
-/* small and medium are the gpt-small and gpt-medium shapes of BENCHMARKS.md;
- * task is sized to learn addition in under a minute on two cores; tiny
- * is for quick checks. */
-static const shape shapes[] = {
-    {"task", 16, 2, 4, 128},
-    {"tiny", 16, 1, 2, 32},
-    {"small", 64, 4, 4, 128},
-    {"medium", 256, 6, 6, 384},
-};
-
 /* ---- the command line -------------------------------------------------------- */
 
 typedef struct {
-    const char *data, *config, *out, *svg, *resume, *ckpt, *prompt;
+    const char *arch, *data, *config, *out, *svg, *resume, *ckpt, *prompt;
     int64_t steps, batch, seed, eval_every, stop_at, save_every, tokens, top_k;
     double lr, temperature, top_p;
     bool greedy, set_steps, set_batch, set_lr;
@@ -129,8 +118,8 @@ static bool parse_number(const char *s, const gpt_range *r, double *real, int64_
  * exit code, or -1 when --help printed the usage (exit 0). */
 static int parse_options(int argc, char **argv, bool train, options *o)
 {
-    static const char *const train_only[] = {"--data", "--config", "--steps", "--batch",
-                                             "--lr", "--eval-every", "--out", "--svg",
+    static const char *const train_only[] = {"--arch", "--data", "--config", "--steps",
+                                             "--batch", "--lr", "--eval-every", "--out", "--svg",
                                              "--resume", "--stop-at", "--save-every", NULL};
     static const char *const sample_only[] = {"--ckpt", "--prompt", "--tokens",
                                               "--temperature", "--top-k", "--top-p",
@@ -155,7 +144,8 @@ static int parse_options(int argc, char **argv, bool train, options *o)
         const gpt_range *r = NULL;
         int64_t *iv = NULL;
         double *dv = NULL;
-        if (!strcmp(name, "--data")) o->data = v;
+        if (!strcmp(name, "--arch")) o->arch = v;
+        else if (!strcmp(name, "--data")) o->data = v;
         else if (!strcmp(name, "--config")) o->config = v;
         else if (!strcmp(name, "--out")) o->out = v;
         else if (!strcmp(name, "--svg")) o->svg = v;
@@ -184,158 +174,10 @@ static int parse_options(int argc, char **argv, bool train, options *o)
     return 0;
 }
 
-/* ---- the data: a made-up task, or a text file -------------------------------- */
-
-/* Both kinds deliver batches of (input, target) rows of token ids; a target
- * of -1 is not scored. Tokens are bytes mapped to 0..vocab-1. */
-typedef struct {
-    bool task;                  /* addition, or text */
-    gpt_vocab vocab;            /* token id -> byte */
-    int ids[256];               /* byte -> token id, or -1 */
-    unsigned char *text;        /* the file's tokens, train split then validation */
-    int64_t n_train, n_val;
-} dataset;
-
-static void set_vocab(dataset *d, const unsigned char *chars, int n)
-{
-    d->vocab.size = n;
-    memset(d->ids, -1, sizeof d->ids);
-    for (int i = 0; i < n; i++) {
-        d->vocab.chars[i] = chars[i];
-        d->ids[chars[i]] = i;
-    }
-}
-
-/* The task: "ddd+ddd=ssss\n" with the sum written backwards (lowest digit
- * first), so that each digit needs only the digits before it and a carry, the
- * order in which people add. Problems whose hash ends in 0 are held out:
- * training never sees them, and accuracy is measured on them. */
-enum { PROBLEM_LEN = 13, PROMPT_LEN = 8 };
-static const char task_chars[] = "\n+0123456789=";
-
-static bool held_out(int64_t a, int64_t b)
-{
-    uint64_t h = (uint64_t)(a * 1000 + b) * 0x9E3779B97F4A7C15ull;
-    return (h >> 32) % 10 == 0;
-}
-
-static void make_problem(tg_rng *rng, bool want_held_out, char text[PROBLEM_LEN + 1])
-{
-    int64_t a, b;
-    do {
-        a = (int64_t)(tg_rng_uniform01(rng) * 1000);
-        b = (int64_t)(tg_rng_uniform01(rng) * 1000);
-    } while (held_out(a, b) != want_held_out);
-    int64_t s = a + b;
-    snprintf(text, PROBLEM_LEN + 1, "%03d+%03d=%c%c%c%c\n", (int)a, (int)b, '0' + (int)(s % 10),
-             '0' + (int)(s / 10 % 10), '0' + (int)(s / 100 % 10), '0' + (int)(s / 1000));
-}
-
-/* One problem per row, T = PROBLEM_LEN - 1; only the answer is scored. */
-static void task_row(const dataset *d, tg_rng *rng, bool test, int64_t T, int64_t *x, int64_t *y)
-{
-    char p[PROBLEM_LEN + 1];
-    make_problem(rng, test, p);
-    for (int64_t t = 0; t < T; t++) {
-        x[t] = t < PROBLEM_LEN - 1 ? d->ids[(unsigned char)p[t]] : 0;
-        y[t] = t >= PROMPT_LEN - 1 && t < PROBLEM_LEN - 1 ? d->ids[(unsigned char)p[t + 1]] : -1;
-    }
-}
-
-/* A random window of T + 1 characters of the train split. */
-static void text_row(const dataset *d, tg_rng *rng, int64_t T, int64_t *x, int64_t *y)
-{
-    int64_t at = (int64_t)(tg_rng_uniform01(rng) * (double)(d->n_train - T));
-    for (int64_t t = 0; t < T; t++) {
-        x[t] = d->text[at + t];
-        y[t] = d->text[at + t + 1];
-    }
-}
-
-/* Reads a --data file: its bytes, or NULL with *problem saying why. Stops
- * at the first chunk holding a NUL byte (binary data, or /dev/zero) and past
- * MAX_DATA_BYTES; a regular file's size is checked before anything is read. */
-static unsigned char *read_text(const char *path, int64_t *size, const char **problem)
-{
-    FILE *f = fopen(path, "rb");
-    struct stat st;
-    if (!f || fstat(fileno(f), &st) < 0) {
-        *problem = strerror(errno);
-        return f ? fclose(f), NULL : NULL;
-    }
-    *problem = S_ISDIR(st.st_mode) ? "it is a directory"
-               : S_ISREG(st.st_mode) && st.st_size > MAX_DATA_BYTES ? "it is larger than 1 GiB"
-               : NULL;
-    unsigned char *buf = NULL;
-    int64_t n = 0, cap = 0;
-    size_t got = 1;
-    while (!*problem && got > 0) {
-        if (n == cap) { /* room for one byte past the limit, to see that it is past */
-            cap = cap == 0 ? 65536 : 2 * cap < MAX_DATA_BYTES + 1 ? 2 * cap : MAX_DATA_BYTES + 1;
-            unsigned char *bigger = realloc(buf, (size_t)cap);
-            if (!bigger) {
-                *problem = "it does not fit in memory";
-                break;
-            }
-            buf = bigger;
-        }
-        got = fread(buf + n, 1, (size_t)(cap - n), f);
-        if (memchr(buf + n, 0, got))
-            *problem = "it contains NUL bytes, so it is not text";
-        else if ((n += (int64_t)got) > MAX_DATA_BYTES)
-            *problem = "it is larger than 1 GiB";
-    }
-    if (!*problem && ferror(f))
-        *problem = strerror(errno);
-    fclose(f);
-    if (*problem) {
-        free(buf);
-        return NULL;
-    }
-    *size = n;
-    return buf;
-}
-
-/* Loads a text file: vocabulary = its distinct bytes, 90% train, 10%
- * validation. min_train is context + 1. 0, or 1 with a message. */
-static int load_text(dataset *d, const char *path, int64_t min_train)
-{
-    int64_t n = 0;
-    const char *problem = NULL;
-    unsigned char *buf = read_text(path, &n, &problem);
-    if (!problem && n == 0)
-        problem = "it is empty";
-    if (!problem && (n - n / 10 < min_train || n / 10 < 2)) /* and 2 to validate on */
-        problem = "it is too short";
-    if (problem) {
-        fprintf(stderr, "gpt: cannot read --data %s: %s (--data takes a text file of "
-                "1 GiB at most, with no NUL bytes, of which the model trains on 90%%, at least "
-                "context + 1 = %lld bytes, and validates on 10%%, at least 2 bytes)\n", path,
-                problem, (long long)min_train);
-        free(buf);
-        return 1;
-    }
-    bool seen[256] = {false};
-    for (int64_t i = 0; i < n; i++)
-        seen[buf[i]] = true;
-    unsigned char chars[256];
-    int v = 0;
-    for (int c = 0; c < 256; c++)
-        if (seen[c])
-            chars[v++] = (unsigned char)c;
-    set_vocab(d, chars, v);
-    for (int64_t i = 0; i < n; i++)
-        buf[i] = (unsigned char)d->ids[buf[i]];
-    d->text = buf;
-    d->n_val = n / 10;
-    d->n_train = n - d->n_val;
-    return 0;
-}
-
 /* ---- training ---------------------------------------------------------------- */
 
 typedef struct {
-    tg_gpt *model;
+    lm *model;
     tg_params params;
     tg_optim *opt;
     tg_rng *data_rng;
@@ -349,7 +191,7 @@ typedef struct {
 static tg_tensor *batch_loss(trainer *tr, const int64_t *x, const int64_t *y, int64_t B)
 {
     tg_tensor *loss = NULL;
-    tg_gpt_forward(tr->model, tg_from_data(TG_INT64, 2, (int64_t[]){B, tr->T}, x),
+    lm_forward(tr->model, tg_from_data(TG_INT64, 2, (int64_t[]){B, tr->T}, x),
                    tg_from_data(TG_INT64, 2, (int64_t[]){B, tr->T}, y), &loss);
     return loss;
 }
@@ -438,7 +280,7 @@ static double validation_loss(trainer *tr, const dataset *d)
 
 /* Exact-match accuracy on held-out problems drawn with another seed: the
  * model completes "ddd+ddd=" greedily and every character must be right. */
-static double task_accuracy(tg_gpt *model, const dataset *d, uint64_t seed, int n, bool show)
+static double task_accuracy(lm *model, const dataset *d, uint64_t seed, int n, bool show)
 {
     tg_rng *rng = tg_rng_new(seed);
     tg_sample_options greedy = {.temperature = 1, .greedy = true};
@@ -449,8 +291,8 @@ static double task_accuracy(tg_gpt *model, const dataset *d, uint64_t seed, int 
         int64_t prompt[PROMPT_LEN], out[PROBLEM_LEN];
         for (int t = 0; t < PROMPT_LEN; t++)
             prompt[t] = d->ids[(unsigned char)p[t]];
-        if (tg_gpt_generate(model, prompt, PROMPT_LEN, PROBLEM_LEN - PROMPT_LEN, &greedy, NULL,
-                            out) < 0)
+        if (lm_generate_each(model, prompt, PROMPT_LEN, PROBLEM_LEN - PROMPT_LEN, &greedy, NULL,
+                             out, NULL, NULL) < 0)
             break;
         for (int t = 0; t < PROBLEM_LEN; t++)
             got[t] = (char)d->vocab.chars[out[t]];
@@ -504,51 +346,6 @@ static void progress(const trainer *tr, int64_t first, double started, bool tty)
     fflush(stdout);
 }
 
-/* ---- the loss curve as SVG ----------------------------------------------------- */
-
-static void svg_polyline(FILE *f, const double *v, int64_t n, double ymax, const char *color)
-{
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
-    for (int64_t i = 0; i < n; i++)
-        if (!isnan(v[i]))
-            fprintf(f, "%.1f,%.1f ", 60 + 560.0 * (double)(i + 1) / (double)n,
-                    330 - 300 * fmin(v[i], ymax) / ymax);
-    fprintf(f, "\"/>\n");
-}
-
-/* Train loss (every step) and validation loss (when measured) against the
- * step: 640x380, axes from 0, five ticks each. */
-static int write_svg(const char *path, const trainer *tr)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return fprintf(stderr, "gpt: cannot write %s: %s\n", path, strerror(errno)), 1;
-    int64_t n = tr->step;
-    double ymax = 0;
-    for (int64_t i = 0; i < n; i++)
-        ymax = fmax(ymax, fmax(tr->loss[i], isnan(tr->val[i]) ? 0 : tr->val[i]));
-    ymax = ymax > 0 ? ceil(ymax) : 1;
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"380\" "
-               "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"640\" "
-               "height=\"380\" fill=\"white\"/>\n<path d=\"M60,30 V330 H620\" stroke=\"black\" "
-               "fill=\"none\"/>\n");
-    for (int k = 0; k <= 5; k++) {
-        double y = 330 - 60.0 * k, x = 60 + 112.0 * k;
-        fprintf(f, "<text x=\"54\" y=\"%.0f\" text-anchor=\"end\">%.2f</text>\n", y + 4,
-                ymax * k / 5);
-        fprintf(f, "<text x=\"%.0f\" y=\"346\" text-anchor=\"middle\">%lld</text>\n", x,
-                (long long)(n * k / 5));
-    }
-    svg_polyline(f, tr->loss, n, ymax, "#1f77b4");
-    svg_polyline(f, tr->val, n, ymax, "#d62728");
-    fprintf(f, "<text x=\"340\" y=\"372\" text-anchor=\"middle\">step</text>\n"
-               "<text x=\"16\" y=\"180\" transform=\"rotate(-90 16 180)\" "
-               "text-anchor=\"middle\">cross-entropy loss</text>\n"
-               "<text x=\"440\" y=\"24\" fill=\"#1f77b4\">train</text>\n"
-               "<text x=\"500\" y=\"24\" fill=\"#d62728\">validation</text>\n</svg>\n");
-    return fclose(f) == 0 ? 0 : 1;
-}
-
 /* ---- checkpoints ------------------------------------------------------------------ */
 /* One safetensors file holds everything a resumed run needs to continue bit
  * for bit (gpt_checkpoint.c reads and writes it). */
@@ -584,8 +381,8 @@ static int resume(const char *path, const tg_params *ck, trainer *tr, const opti
     if (rc == 0 && (what = "train.rng_data",
                     tg_rng_set_state_tensor(tr->data_rng, tg_params_find(ck, what)) < 0))
         rc = -1;
-    if (rc == 0 && (what = "train.rng_dropout",
-                    tg_rng_set_state_tensor(tg_gpt_rng(tr->model), tg_params_find(ck, what)) < 0))
+    if (rc == 0 && lm_rng(tr->model) && (what = "train.rng_dropout",
+                    tg_rng_set_state_tensor(lm_rng(tr->model), tg_params_find(ck, what)) < 0))
         rc = -1;
     if (rc)
         return fprintf(stderr, "gpt: %s cannot be resumed: its %s is not usable: %s\n", path,
@@ -640,11 +437,12 @@ static void on_signal(int sig)
  * --data file must have the checkpoint's vocabulary), else new from seed. */
 static int setup(const options *o, dataset *d, trainer *tr, tg_params *ck)
 {
-    const shape *sh = NULL;
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        if (!strcmp(o->config, shapes[i].name))
-            sh = &shapes[i];
-    if (!sh)
+    lm_arch arch = LM_GPT;
+    lm_config c;
+    char e[96];
+    if (o->arch && !lm_arch_parse(o->arch, &arch))
+        return usage_error("--arch: unknown '%s' (gpt or llama)", escaped(o->arch, e, sizeof e));
+    if (!lm_config_named(arch, o->config, 0, &c))
         return usage_error("--config: unknown '%s' (task, tiny, small or medium)", o->config);
     d->task = !o->data;
     if (o->resume) {
@@ -653,32 +451,36 @@ static int setup(const options *o, dataset *d, trainer *tr, tg_params *ck)
         if (gpt_checkpoint_load_model(o->resume, ck, &tr->model, &saved) ||
             gpt_checkpoint_load_settings(o->resume, ck, &s))
             return 1;
+        const char *saved_arch = lm_arch_name(lm_config_of(tr->model)->arch);
+        if (o->arch && lm_config_of(tr->model)->arch != arch)
+            return fprintf(stderr, "gpt: %s is a %s checkpoint; resume it with --arch %s or "
+                           "without --arch\n", o->resume, saved_arch, saved_arch), 1;
         if (s.task != d->task)
             return fprintf(stderr, "gpt: %s was trained %s; resume it the same way\n", o->resume,
                            s.task ? "on the built-in task, without --data" : "with --data"), 1;
-        tr->T = d->task ? PROBLEM_LEN - 1 : tg_gpt_config_of(tr->model)->block_size;
-        if (d->task && tg_gpt_config_of(tr->model)->block_size < tr->T)
+        tr->T = d->task ? PROBLEM_LEN - 1 : lm_config_of(tr->model)->block_size;
+        if (d->task && lm_config_of(tr->model)->block_size < tr->T)
             return fprintf(stderr, "gpt: %s has a context of %lld, shorter than the task's %lld\n",
-                           o->resume, (long long)tg_gpt_config_of(tr->model)->block_size,
+                           o->resume, (long long)lm_config_of(tr->model)->block_size,
                            (long long)tr->T), 1;
-        if (!d->task && load_text(d, o->data, tr->T + 1))
+        if (!d->task && dataset_load_text(d, o->data, tr->T + 1))
             return 1;
         if (!d->task && (d->vocab.size != saved.size ||
                          memcmp(d->vocab.chars, saved.chars, (size_t)saved.size)))
             return fprintf(stderr, "gpt: %s has other characters than the text %s was trained on\n",
                            o->data, o->resume), 1;
         *d = (dataset){.task = d->task, .text = d->text, .n_train = d->n_train, .n_val = d->n_val};
-        set_vocab(d, saved.chars, saved.size);
+        dataset_set_vocab(d, saved.chars, saved.size);
         return 0;
     }
-    tr->T = d->task ? PROBLEM_LEN - 1 : sh->block_size;
+    tr->T = d->task ? PROBLEM_LEN - 1 : c.block_size;
     if (d->task)
-        set_vocab(d, (const unsigned char *)task_chars, (int)strlen(task_chars));
-    else if (load_text(d, o->data, tr->T + 1))
+        dataset_use_task(d);
+    else if (dataset_load_text(d, o->data, tr->T + 1))
         return 1;
-    tg_gpt_config c = {d->vocab.size, sh->block_size, sh->n_layer, sh->n_head, sh->n_embd, 0.0};
+    c.vocab_size = d->vocab.size;
     tg_rng *init = tg_rng_new((uint64_t)o->seed);
-    tr->model = tg_gpt_new(&c, TG_FLOAT32, init);
+    tr->model = lm_new(&c, init);
     tg_rng_free(init);
     if (!tr->model)
         return fprintf(stderr, "gpt: cannot build the model: %s\n", tg_error_message()), 1;
@@ -691,7 +493,7 @@ static int prepare(const options *o, dataset *d, trainer *tr, tg_params *ck)
     if (rc)
         return rc;
     tr->data_rng = tg_rng_new((uint64_t)o->seed + 1);
-    if (!tr->data_rng || tg_gpt_params(tr->model, &tr->params) < 0 ||
+    if (!tr->data_rng || lm_params(tr->model, &tr->params) < 0 ||
         !(tr->opt = tg_adamw_new(&tr->params, o->lr, 0.9, 0.99, 1e-8, 0.1)))
         return fprintf(stderr, "gpt: %s\n", tg_error_message()), 1;
     if (o->resume)
@@ -759,11 +561,12 @@ static int train_loop(trainer *tr, const dataset *d, const options *o)
 /* Prints what is about to be trained, and a warning when the text is small. */
 static void describe(const trainer *tr, const dataset *d, const options *o)
 {
-    const tg_gpt_config *c = tg_gpt_config_of(tr->model);
-    printf("training on %s: vocab %lld, context %lld, %lld layers, %lld heads, d %lld, "
-           "%lld parameters\n", d->task ? "3-digit addition (built-in task)" : o->data,
-           (long long)c->vocab_size, (long long)c->block_size, (long long)c->n_layer,
-           (long long)c->n_head, (long long)c->n_embd, (long long)tg_params_numel(&tr->params));
+    char shape[160];
+    lm_config_describe(lm_config_of(tr->model), shape, sizeof shape);
+    printf("training %son %s: %s, %lld parameters\n",
+           lm_config_of(tr->model)->arch == LM_LLAMA ? "a Llama " : "",
+           d->task ? "3-digit addition (built-in task)" : o->data, shape,
+           (long long)tg_params_numel(&tr->params));
     printf("AdamW lr %g (warmup + cosine), batch %lld, steps %lld%s\n", tr->lr,
            (long long)tr->batch, (long long)tr->steps, o->resume ? ", resumed" : "");
     if (!d->task)
@@ -780,7 +583,7 @@ static int finish(trainer *tr, const dataset *d, const options *o)
     double val = tr->val[tr->step - 1];
     printf("final: step %lld loss %.6f val %.6f\n", (long long)tr->step, tr->loss[tr->step - 1],
            isnan(val) ? validation_loss(tr, d) : val);
-    if (save_run(o->out, tr, d) || write_svg(o->svg, tr))
+    if (save_run(o->out, tr, d) || gpt_write_loss_svg(o->svg, tr->loss, tr->val, tr->step))
         return 1;
     printf("saved %s and %s\n", o->out, o->svg);
     if (tr->step < tr->steps)
@@ -829,7 +632,7 @@ static int cmd_train(int argc, char **argv)
         rc = finish(&tr, &d, &o);
     tg_optim_free(tr.opt);
     tg_params_clear(&tr.params);
-    tg_gpt_free(tr.model);
+    lm_free(tr.model);
     tg_rng_free(tr.data_rng);
     free(tr.loss);
     free(tr.val);
@@ -875,11 +678,11 @@ static int cmd_sample(int argc, char **argv)
     if (len == 0)
         return usage_error("--prompt must not be empty");
     tg_params ck = {0};
-    tg_gpt *model = NULL;
+    lm *model = NULL;
     dataset d = {0};
     rc = gpt_checkpoint_load_model(o.ckpt, &ck, &model, &d.vocab);
     tg_params_clear(&ck);
-    set_vocab(&d, d.vocab.chars, d.vocab.size);
+    dataset_set_vocab(&d, d.vocab.chars, d.vocab.size);
     int64_t *ids = malloc(sizeof(int64_t) * (size_t)len);
     int64_t *out = malloc(sizeof(int64_t) * (size_t)(len + o.tokens));
     if (!rc && (!ids || !out))
@@ -893,7 +696,7 @@ static int cmd_sample(int argc, char **argv)
     if (!rc) {
         fputs(o.prompt, stdout);
         fflush(stdout);
-        if (tg_gpt_generate_each(model, ids, len, o.tokens, &so, rng, out, print_token, &d) < 0)
+        if (lm_generate_each(model, ids, len, o.tokens, &so, rng, out, print_token, &d) < 0)
             rc = (fprintf(stderr, "\ngpt: sampling failed: %s\n", tg_error_message()), 1);
         else if (putchar('\n') == EOF || fflush(stdout) != 0)
             rc = (fprintf(stderr, "gpt: cannot write the sample: %s\n", strerror(errno)), 1);
@@ -901,7 +704,7 @@ static int cmd_sample(int argc, char **argv)
     tg_rng_free(rng);
     free(ids);
     free(out);
-    tg_gpt_free(model);
+    lm_free(model);
     return rc;
 }
 

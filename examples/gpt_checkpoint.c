@@ -32,7 +32,8 @@ void gpt_range_error(const gpt_range *r, const char *where, const char *text)
 
 /* Bounds of a model this program will build from a file: a character
  * vocabulary, and shapes no larger than a CPU run of this example could use. */
-enum { MAX_CONTEXT = 8192, MAX_LAYERS = 256, MAX_HEADS = 256, MAX_WIDTH = 16384 };
+enum { MAX_CONTEXT = 8192, MAX_LAYERS = 256, MAX_HEADS = 256, MAX_WIDTH = 16384,
+       MAX_HIDDEN = 4 * MAX_WIDTH };
 
 __attribute__((format(printf, 2, 3))) static int bad(const char *path, const char *fmt, ...)
 {
@@ -60,18 +61,59 @@ static tg_tensor *find(const char *path, const tg_params *ck, const char *name, 
     return t;
 }
 
-/* gpt.config = int64 [vocab, context, layers, heads, width] and gpt.vocab =
- * int64 [vocab] of distinct bytes. */
-static int read_config(const char *path, const tg_params *ck, tg_gpt_config *c, gpt_vocab *v)
+/* model.arch = int64 [1]: 0 a GPT, 1 a Llama. A checkpoint without it is a
+ * GPT's (as every checkpoint was before there was a choice). */
+static int read_arch(const char *path, const tg_params *ck, lm_arch *arch)
+{
+    *arch = LM_GPT;
+    if (!tg_params_find(ck, "model.arch"))
+        return tg_error_clear(), 0;
+    tg_tensor *t = find(path, ck, "model.arch", TG_INT64, 1);
+    if (!t)
+        return 1;
+    if (tg_size(t, 0) != 1)
+        return bad(path, "model.arch has %lld values, not 1", (long long)tg_size(t, 0));
+    int64_t a = *(const int64_t *)tg_data(t);
+    if (a != LM_GPT && a != LM_LLAMA)
+        return bad(path, "its model.arch is %lld, not 0 (gpt) or 1 (llama)", (long long)a);
+    *arch = (lm_arch)a;
+    return 0;
+}
+
+/* gpt.vocab = int64 [vocab] of distinct bytes, as many as the config says. */
+static int read_vocab(const char *path, const tg_params *ck, const char *config_name,
+                      int64_t size, gpt_vocab *v)
+{
+    tg_tensor *voc = find(path, ck, "gpt.vocab", TG_INT64, 1);
+    if (!voc)
+        return 1;
+    if (tg_size(voc, 0) != size)
+        return bad(path, "gpt.vocab has %lld entries but %s says vocab %lld",
+                   (long long)tg_size(voc, 0), config_name, (long long)size);
+    const int64_t *chars = tg_data(voc);
+    bool seen[256] = {false};
+    for (int64_t i = 0; i < size; i++) {
+        if (chars[i] < 0 || chars[i] > 255 || seen[chars[i]])
+            return bad(path, "gpt.vocab[%lld] = %lld is %s", (long long)i, (long long)chars[i],
+                       chars[i] < 0 || chars[i] > 255 ? "not a byte (0..255)" : "a repeat");
+        seen[chars[i]] = true;
+        v->chars[i] = (unsigned char)chars[i];
+    }
+    v->size = (int)size;
+    return 0;
+}
+
+/* gpt.config = int64 [vocab, context, layers, heads, width]. */
+static int read_gpt_config(const char *path, const tg_params *ck, lm_config *c)
 {
     tg_tensor *cfg = find(path, ck, "gpt.config", TG_INT64, 1);
-    tg_tensor *voc = cfg ? find(path, ck, "gpt.vocab", TG_INT64, 1) : NULL;
-    if (!voc)
+    if (!cfg)
         return 1;
     if (tg_size(cfg, 0) != 5)
         return bad(path, "gpt.config has %lld values, not 5", (long long)tg_size(cfg, 0));
-    const int64_t *k = tg_data(cfg), *chars = tg_data(voc);
-    *c = (tg_gpt_config){k[0], k[1], k[2], k[3], k[4], 0.0};
+    const int64_t *k = tg_data(cfg);
+    *c = (lm_config){.arch = LM_GPT, .vocab_size = k[0], .block_size = k[1], .n_layer = k[2],
+                     .n_head = k[3], .n_embd = k[4]};
     static const char *const names[] = {"vocab", "context", "layers", "heads", "width"};
     static const int64_t max[] = {256, MAX_CONTEXT, MAX_LAYERS, MAX_HEADS, MAX_WIDTH};
     for (int i = 0; i < 5; i++)
@@ -81,24 +123,68 @@ static int read_config(const char *path, const tg_params *ck, tg_gpt_config *c, 
     if (c->n_embd % c->n_head)
         return bad(path, "gpt.config's %lld heads do not divide its width %lld",
                    (long long)c->n_head, (long long)c->n_embd);
-    if (tg_size(voc, 0) != c->vocab_size)
-        return bad(path, "gpt.vocab has %lld entries but gpt.config says vocab %lld",
-                   (long long)tg_size(voc, 0), (long long)c->vocab_size);
-    bool seen[256] = {false};
-    for (int64_t i = 0; i < c->vocab_size; i++) {
-        if (chars[i] < 0 || chars[i] > 255 || seen[chars[i]])
-            return bad(path, "gpt.vocab[%lld] = %lld is %s", (long long)i, (long long)chars[i],
-                       chars[i] < 0 || chars[i] > 255 ? "not a byte (0..255)" : "a repeat");
-        seen[chars[i]] = true;
-        v->chars[i] = (unsigned char)chars[i];
-    }
-    v->size = (int)c->vocab_size;
     return 0;
 }
 
+/* llama.config = float64 [vocab, context, layers, heads, kv heads, width,
+ * hidden, rope theta, norm eps, tied head (0/1), rope pairing (0 half, 1
+ * interleaved)]: whole numbers in their bounds, theta and eps finite > 0. */
+static int read_llama_config(const char *path, const tg_params *ck, lm_config *c)
+{
+    tg_tensor *cfg = find(path, ck, "llama.config", TG_FLOAT64, 1);
+    if (!cfg)
+        return 1;
+    if (tg_size(cfg, 0) != 11)
+        return bad(path, "llama.config has %lld values, not 11", (long long)tg_size(cfg, 0));
+    const double *k = tg_data(cfg);
+    static const char *const names[] = {"vocab", "context", "layers", "heads", "kv heads",
+                                        "width", "hidden", "rope theta", "norm eps",
+                                        "tied head", "rope pairing"};
+    static const double max[] = {256, MAX_CONTEXT, MAX_LAYERS, MAX_HEADS, MAX_HEADS, MAX_WIDTH,
+                                 MAX_HIDDEN, INFINITY, INFINITY, 1, 1};
+    for (int i = 0; i < 11; i++) {
+        bool real = i == 7 || i == 8, flag = i >= 9;
+        if (real ? !(k[i] > 0 && k[i] < INFINITY)
+                 : !(k[i] >= (flag ? 0 : 1) && k[i] <= max[i] && k[i] == floor(k[i])))
+            return real ? bad(path, "llama.config's %s = %g is not a finite number > 0",
+                              names[i], k[i])
+                        : bad(path, "llama.config's %s = %g is not a whole number in %d..%.0f",
+                              names[i], k[i], flag ? 0 : 1, max[i]);
+    }
+    *c = (lm_config){LM_LLAMA, (int64_t)k[0], (int64_t)k[1], (int64_t)k[2], (int64_t)k[3],
+                     (int64_t)k[5], (int64_t)k[4], (int64_t)k[6], k[7], k[8], k[9] != 0,
+                     k[10] != 0 ? TG_ROPE_INTERLEAVED : TG_ROPE_HALF};
+    if (c->n_embd % c->n_head)
+        return bad(path, "llama.config's %lld heads do not divide its width %lld",
+                   (long long)c->n_head, (long long)c->n_embd);
+    if (c->n_head % c->n_kv_head)
+        return bad(path, "llama.config's %lld kv heads do not divide its %lld heads",
+                   (long long)c->n_kv_head, (long long)c->n_head);
+    if (c->n_embd / c->n_head % 2)
+        return bad(path, "llama.config's head size %lld (width %lld / %lld heads) is odd; "
+                   "rotary embeddings turn pairs", (long long)(c->n_embd / c->n_head),
+                   (long long)c->n_embd, (long long)c->n_head);
+    return 0;
+}
+
+/* The architecture, its config and the vocabulary. */
+static int read_config(const char *path, const tg_params *ck, lm_config *c, gpt_vocab *v)
+{
+    lm_arch arch;
+    if (read_arch(path, ck, &arch))
+        return 1;
+    const char *name = arch == LM_LLAMA ? "llama.config" : "gpt.config";
+    if (!find(path, ck, name, arch == LM_LLAMA ? TG_FLOAT64 : TG_INT64, 1) ||
+        !find(path, ck, "gpt.vocab", TG_INT64, 1))
+        return 1;
+    if (arch == LM_LLAMA ? read_llama_config(path, ck, c) : read_gpt_config(path, ck, c))
+        return 1;
+    return read_vocab(path, ck, name, c->vocab_size, v);
+}
+
 /* One parameter: float, and [d0] or [d0, d1] (d1 = 0 for one dimension). */
-static int check_param(const char *path, const tg_params *ck, const char *name, int64_t d0,
-                       int64_t d1)
+static int check_param(const char *path, const tg_params *ck, const char *config,
+                       const char *name, int64_t d0, int64_t d1)
 {
     tg_tensor *t = tg_params_find(ck, name);
     tg_error_clear();
@@ -113,20 +199,20 @@ static int check_param(const char *path, const tg_params *ck, const char *name, 
         for (int i = 0; i < tg_ndim(t) && strlen(got) < 64; i++)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "",
                      (long long)tg_size(t, i));
-        return bad(path, "%s is %s [%s]; gpt.config implies float %s", name,
-                   tg_dtype_name(tg_dtype_of(t)), got, want);
+        return bad(path, "%s is %s [%s]; %s implies float %s", name,
+                   tg_dtype_name(tg_dtype_of(t)), got, config, want);
     }
     return 0;
 }
 
 /* Every parameter gpt.config implies (the names of tg_gpt_params), by shape. */
-static int check_params(const char *path, const tg_params *ck, const tg_gpt_config *c)
+static int check_gpt_params(const char *path, const tg_params *ck, const lm_config *c)
 {
     int64_t d = c->n_embd;
-    if (check_param(path, ck, "transformer.wte.weight", c->vocab_size, d) ||
-        check_param(path, ck, "transformer.wpe.weight", c->block_size, d) ||
-        check_param(path, ck, "transformer.ln_f.weight", d, 0) ||
-        check_param(path, ck, "transformer.ln_f.bias", d, 0))
+    if (check_param(path, ck, "gpt.config", "transformer.wte.weight", c->vocab_size, d) ||
+        check_param(path, ck, "gpt.config", "transformer.wpe.weight", c->block_size, d) ||
+        check_param(path, ck, "gpt.config", "transformer.ln_f.weight", d, 0) ||
+        check_param(path, ck, "gpt.config", "transformer.ln_f.bias", d, 0))
         return 1;
     static const struct {
         const char *name;
@@ -141,24 +227,60 @@ static int check_params(const char *path, const tg_params *ck, const tg_gpt_conf
         for (size_t i = 0; i < sizeof block / sizeof block[0]; i++) {
             char name[96];
             snprintf(name, sizeof name, "transformer.h.%lld.%s", (long long)l, block[i].name);
-            if (check_param(path, ck, name, block[i].out * d, block[i].in * d))
+            if (check_param(path, ck, "gpt.config", name, block[i].out * d, block[i].in * d))
                 return 1;
         }
     return 0;
 }
 
-int gpt_checkpoint_load_model(const char *path, tg_params *ck, tg_gpt **model, gpt_vocab *vocab)
+/* Every parameter llama.config implies (the Hugging Face names of
+ * tg_llama_params), by shape: k and v project to kv heads * head size, and
+ * the output head is there only when it is not the embedding. */
+static int check_llama_params(const char *path, const tg_params *ck, const lm_config *c)
+{
+    int64_t d = c->n_embd, kv = c->n_kv_head * (d / c->n_head), f = c->hidden_size;
+    if (check_param(path, ck, "llama.config", "model.embed_tokens.weight", c->vocab_size, d) ||
+        check_param(path, ck, "llama.config", "model.norm.weight", d, 0) ||
+        (!c->tie_embeddings &&
+         check_param(path, ck, "llama.config", "lm_head.weight", c->vocab_size, d)))
+        return 1;
+    const struct {
+        const char *name;
+        int64_t out, in; /* in 0: a vector of out */
+    } block[] = {
+        {"input_layernorm.weight", d, 0},      {"self_attn.q_proj.weight", d, d},
+        {"self_attn.k_proj.weight", kv, d},    {"self_attn.v_proj.weight", kv, d},
+        {"self_attn.o_proj.weight", d, d},     {"post_attention_layernorm.weight", d, 0},
+        {"mlp.gate_proj.weight", f, d},        {"mlp.up_proj.weight", f, d},
+        {"mlp.down_proj.weight", d, f},
+    };
+    for (int64_t l = 0; l < c->n_layer; l++)
+        for (size_t i = 0; i < sizeof block / sizeof block[0]; i++) {
+            char name[96];
+            snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, block[i].name);
+            if (check_param(path, ck, "llama.config", name, block[i].out, block[i].in))
+                return 1;
+        }
+    return 0;
+}
+
+static int check_params(const char *path, const tg_params *ck, const lm_config *c)
+{
+    return c->arch == LM_LLAMA ? check_llama_params(path, ck, c) : check_gpt_params(path, ck, c);
+}
+
+int gpt_checkpoint_load_model(const char *path, tg_params *ck, lm **model, gpt_vocab *vocab)
 {
     if (tg_safetensors_load(path, ck) < 0)
         return fprintf(stderr, "gpt: cannot load %s: %s\n", path, tg_error_message()), 1;
-    tg_gpt_config config;
+    lm_config config;
     if (read_config(path, ck, &config, vocab) || check_params(path, ck, &config))
         return 1;
     tg_rng *rng = tg_rng_new(0);
-    *model = tg_gpt_new(&config, TG_FLOAT32, rng);
+    *model = lm_new(&config, rng);
     tg_rng_free(rng);
     tg_params mp = {0};
-    if (!*model || tg_gpt_params(*model, &mp) < 0)
+    if (!*model || lm_params(*model, &mp) < 0)
         return fprintf(stderr, "gpt: cannot build the model of %s: %s\n", path,
                        tg_error_message()), 1;
     int rc = 0;
@@ -227,10 +349,26 @@ static int add_owned(tg_params *ps, const char *name, tg_tensor *t)
     return rc;
 }
 
+/* gpt.config for a GPT; model.arch and llama.config for a Llama (the
+ * layouts read_gpt_config and read_llama_config read). */
+static int add_config(tg_params *ps, const lm_config *c)
+{
+    if (c->arch == LM_GPT) {
+        int64_t cfg[5] = {c->vocab_size, c->block_size, c->n_layer, c->n_head, c->n_embd};
+        return add_owned(ps, "gpt.config", tg_from_data(TG_INT64, 1, (int64_t[]){5}, cfg));
+    }
+    double cfg[11] = {(double)c->vocab_size, (double)c->block_size, (double)c->n_layer,
+                      (double)c->n_head, (double)c->n_kv_head, (double)c->n_embd,
+                      (double)c->hidden_size, c->rope_theta, c->norm_eps, c->tie_embeddings,
+                      c->rope_pairing == TG_ROPE_INTERLEAVED};
+    int64_t arch = c->arch;
+    return add_owned(ps, "model.arch", tg_from_data(TG_INT64, 1, (int64_t[]){1}, &arch)) |
+           add_owned(ps, "llama.config", tg_from_data(TG_FLOAT64, 1, (int64_t[]){11}, cfg));
+}
+
 int gpt_checkpoint_save(const char *path, const gpt_run *run)
 {
-    const tg_gpt_config *c = tg_gpt_config_of(run->model);
-    int64_t cfg[5] = {c->vocab_size, c->block_size, c->n_layer, c->n_head, c->n_embd};
+    const lm_config *c = lm_config_of(run->model);
     int64_t vocab[256];
     for (int i = 0; i < run->vocab->size; i++)
         vocab[i] = run->vocab->chars[i];
@@ -249,17 +387,16 @@ int gpt_checkpoint_save(const char *path, const gpt_run *run)
     for (int i = 0; i < run->params->count; i++)
         rc |= tg_params_add(&ps, NULL, run->params->names[i], run->params->tensors[i]);
     rc |= tg_optim_state(run->opt, &ps);
-    rc |= add_owned(&ps, "gpt.config", tg_from_data(TG_INT64, 1, (int64_t[]){5}, cfg));
+    rc |= add_config(&ps, c);
     rc |= add_owned(&ps, "gpt.vocab",
                     tg_from_data(TG_INT64, 1, (int64_t[]){run->vocab->size}, vocab));
     rc |= add_owned(&ps, "train.settings", tg_from_data(TG_FLOAT64, 1, (int64_t[]){5}, settings));
     rc |= add_owned(&ps, "train.history", hist);
     rc |= add_owned(&ps, "train.rng_data", tg_rng_state_tensor(run->data_rng));
-    rc |= add_owned(&ps, "train.rng_dropout", tg_rng_state_tensor(tg_gpt_rng(run->model)));
+    if (lm_rng(run->model)) /* a model with dropout */
+        rc |= add_owned(&ps, "train.rng_dropout", tg_rng_state_tensor(lm_rng(run->model)));
     char meta[160];
-    snprintf(meta, sizeof meta, "vocab %lld, context %lld, %lld layers, %lld heads, d %lld",
-             (long long)cfg[0], (long long)cfg[1], (long long)cfg[2], (long long)cfg[3],
-             (long long)cfg[4]);
+    lm_config_describe(c, meta, sizeof meta);
     if (rc == 0)
         rc = tg_safetensors_save(path, &ps, 1, (const char *[]){"gpt"}, (const char *[]){meta});
     tg_params_clear(&ps);

@@ -1,10 +1,12 @@
 /* gpt's checkpoints: one safetensors file with the model, its vocabulary, the
- * optimizer and both generators, and the run's settings and loss history.
+ * optimizer and its generators, and the run's settings and loss history.
  * Every value read from a file is checked before anything is built from it. */
 #ifndef GPT_CHECKPOINT_H
 #define GPT_CHECKPOINT_H
 
 #include <tensorgrad/tensorgrad.h>
+
+#include "gpt_model.h"
 
 /* A numeric setting: its command-line option and the values it accepts. A
  * value read from a checkpoint must lie in the same range. */
@@ -38,7 +40,7 @@ typedef struct {
 /* What a checkpoint records of a run (all borrowed): loss and val hold the
  * losses of steps 0..step-1 (val NAN where it was not measured). */
 typedef struct {
-    const tg_gpt *model;
+    const lm *model;
     const tg_params *params;
     const tg_optim *opt;
     const tg_rng *data_rng;
@@ -52,11 +54,12 @@ typedef struct {
  * printing why not. */
 int gpt_checkpoint_save(const char *path, const gpt_run *run);
 
-/* Reads path into ck (the caller clears it), checks gpt.config, gpt.vocab and
- * the shape of every parameter the config implies, and only then builds the
- * model (*model, the caller frees it) and copies the weights in. 0, or 1
- * after printing what is wrong. */
-int gpt_checkpoint_load_model(const char *path, tg_params *ck, tg_gpt **model, gpt_vocab *vocab);
+/* Reads path into ck (the caller clears it), checks the architecture
+ * (model.arch: a Llama; none: a GPT), its config (gpt.config or
+ * llama.config), gpt.vocab and the shape of every parameter the config
+ * implies, and only then builds the model (*model, the caller frees it) and
+ * copies the weights in. 0, or 1 after printing what is wrong. */
+int gpt_checkpoint_load_model(const char *path, tg_params *ck, lm **model, gpt_vocab *vocab);
 
 /* train.settings of a checkpoint read by gpt_checkpoint_load_model, each in
  * its command-line range. 0, or 1 after printing what is wrong. */

@@ -26,12 +26,12 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_torch import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-CONFIGS = {  # context, layers, heads, width: the shapes examples/gpt.c uses
+CONFIGS = {  # context, layers, heads, width: the shapes of examples/gpt_model.c
     "tiny": (16, 1, 2, 32),
     "small": (64, 4, 4, 128),
     "medium": (256, 6, 6, 384),
 }
-LLAMA_CONFIGS = {  # context, layers, heads, kv heads, width, SwiGLU hidden (as gpt.c --arch llama)
+LLAMA_CONFIGS = {  # context, layers, heads, kv heads, width, SwiGLU hidden (gpt_model.c, llama)
     "tiny": (16, 1, 2, 1, 32, 96),
     "small": (64, 4, 4, 2, 128, 384),
     "medium": (256, 6, 6, 2, 384, 1024),

@@ -9,16 +9,13 @@
 
 #include "gpt_fuzz.h"
 
-static char base_task[GPT_FUZZ_PATH_MAX], base_text[GPT_FUZZ_PATH_MAX],
-    edited[GPT_FUZZ_PATH_MAX];
+static char edited[GPT_FUZZ_PATH_MAX];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
     gpt_fuzz_setup();
-    gpt_fuzz_path(base_task, "base_task.safetensors");
-    gpt_fuzz_path(base_text, "base_text.safetensors");
     gpt_fuzz_path(edited, "edited.safetensors");
     return 0;
 }
@@ -93,7 +90,8 @@ static void add_option(command *c, uint8_t tag, gpt_fuzz_input *in)
 }
 
 /* The first byte picks the checkpoint: odd, the one trained on text.txt
- * (its vocabulary is that text's bytes); even, the built-in task's. Then a
+ * (its vocabulary is that text's bytes); even, the built-in task's; bit 1
+ * set, the Llama's rather than the GPT's. Then a
  * list of records: a tag byte, then what the record reads. Tags below 0x80
  * edit the checkpoint, the others add an option. At most 32 records. The
  * command starts as `gpt sample --ckpt FILE --tokens 4`. */
@@ -109,9 +107,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     add(&c, "4");
 
     gpt_fuzz_input in = {data, size};
-    bool on_text = gpt_fuzz_byte(&in) & 1;
+    char base[GPT_FUZZ_PATH_MAX];
+    gpt_fuzz_base(base, gpt_fuzz_byte(&in)); /* text or task, GPT or Llama */
     tg_params ck = {0};
-    GPT_REQUIRE(tg_safetensors_load(on_text ? base_text : base_task, &ck) == 0);
+    GPT_REQUIRE(tg_safetensors_load(base, &ck) == 0);
     for (int records = 0; in.left > 0 && records < 32; records++) {
         uint8_t tag = gpt_fuzz_byte(&in);
         if (tag < 0x80)

@@ -63,8 +63,9 @@ static char scratch[256];
 static void remove_scratch(void)
 {
     static const char *const names[] = {"base_task.safetensors", "base_text.safetensors",
-                                        "base.svg", "text.txt", "edited.safetensors",
-                                        "out.safetensors", "out.svg"};
+                                        "base_llama_task.safetensors",
+                                        "base_llama_text.safetensors", "base.svg", "text.txt",
+                                        "edited.safetensors", "out.safetensors", "out.svg"};
     char path[GPT_FUZZ_PATH_MAX];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         gpt_fuzz_path(path, names[i]);
@@ -93,20 +94,31 @@ static void write_text(void)
     GPT_REQUIRE(f && fputs(text, f) >= 0 && fclose(f) == 0);
 }
 
-/* gpt train --config tiny, stopped at GPT_FUZZ_BASE_STEP of GPT_FUZZ_STEPS,
- * on the built-in task or on text.txt. */
-static void train_base(bool on_text)
+/* The base checkpoint a harness input's first byte picks: bit 0 the one
+ * trained on text.txt (else the built-in task), bit 1 the Llama's. */
+void gpt_fuzz_base(char *out, uint8_t first)
+{
+    static const char *const names[] = {"base_task.safetensors", "base_text.safetensors",
+                                        "base_llama_task.safetensors",
+                                        "base_llama_text.safetensors"};
+    gpt_fuzz_path(out, names[first & 3]);
+}
+
+/* gpt train --arch gpt|llama --config tiny, stopped at GPT_FUZZ_BASE_STEP
+ * of GPT_FUZZ_STEPS, on the built-in task or on text.txt. */
+static void train_base(bool on_text, bool llama)
 {
     char out[GPT_FUZZ_PATH_MAX], svg[GPT_FUZZ_PATH_MAX], data[GPT_FUZZ_PATH_MAX];
     char steps[32], stop[32];
-    gpt_fuzz_path(out, on_text ? "base_text.safetensors" : "base_task.safetensors");
+    gpt_fuzz_base(out, (uint8_t)(on_text | llama << 1));
     gpt_fuzz_path(svg, "base.svg");
     gpt_fuzz_path(data, "text.txt");
     snprintf(steps, sizeof steps, "%d", GPT_FUZZ_STEPS);
     snprintf(stop, sizeof stop, "%d", GPT_FUZZ_BASE_STEP);
-    char *argv[] = {"gpt", "train", "--config", "tiny", "--steps", steps, "--stop-at", stop,
-                    "--batch", "2", "--out", out, "--svg", svg, "--data", data, NULL};
-    GPT_REQUIRE(gpt_example_main(on_text ? 16 : 14, argv) == 0);
+    char *argv[] = {"gpt", "train", "--arch", llama ? "llama" : "gpt", "--config", "tiny",
+                    "--steps", steps, "--stop-at", stop, "--batch", "2", "--out", out,
+                    "--svg", svg, "--data", data, NULL};
+    GPT_REQUIRE(gpt_example_main(on_text ? 18 : 16, argv) == 0);
     GPT_REQUIRE(tg_live_tensors() == 0);
 }
 
@@ -120,8 +132,8 @@ const char *gpt_fuzz_setup(void)
     GPT_REQUIRE(mkdtemp(scratch));
     atexit(remove_scratch);
     write_text();
-    train_base(false);
-    train_base(true);
+    for (int base = 0; base < 4; base++)
+        train_base(base & 1, base & 2);
     return scratch;
 }
 
@@ -230,6 +242,7 @@ void gpt_fuzz_edit(tg_params *ck, uint8_t tag, gpt_fuzz_input *in)
 {
     int any = ck->count > 0 ? gpt_fuzz_byte(in) % ck->count : -1;
     int settings = find(ck, "train.settings"), config = find(ck, "gpt.config");
+    int llama_config = find(ck, "llama.config");
     int vocab = find(ck, "gpt.vocab"), history = find(ck, "train.history");
     int rng = find(ck, gpt_fuzz_byte(in) & 1 ? "train.rng_data" : "train.rng_dropout");
     switch (tag % 9) {
@@ -237,9 +250,12 @@ void gpt_fuzz_edit(tg_params *ck, uint8_t tag, gpt_fuzz_input *in)
         if (settings >= 0)
             set_element(ck->tensors[settings], gpt_fuzz_byte(in) % 5, in);
         break;
-    case 1: /* vocab size, context, layers, heads or width */
+    case 1: /* vocab size, context, layers, heads or width; a Llama's kv heads too, its
+             * hidden width, rope theta, norm eps, tied head and pairing */
         if (config >= 0)
             set_element(ck->tensors[config], gpt_fuzz_byte(in) % 5, in);
+        else if (llama_config >= 0)
+            set_element(ck->tensors[llama_config], gpt_fuzz_byte(in) % 11, in);
         break;
     case 2:
         if (vocab >= 0)

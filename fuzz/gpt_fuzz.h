@@ -40,17 +40,22 @@ enum { GPT_FUZZ_BASE_STEP = 4, GPT_FUZZ_STEPS = 1000 };
 
 /* Once per process: sends stdout to /dev/null (the example prints progress
  * and samples), makes a scratch directory, writes a short text.txt there,
- * and trains the example's tiny config for GPT_FUZZ_BASE_STEP steps into
- * base_task.safetensors (the built-in task) and base_text.safetensors (on
- * text.txt). Returns the directory (removed at exit with what it holds). */
+ * and trains the example's tiny config, GPT and Llama, for
+ * GPT_FUZZ_BASE_STEP steps into base_task.safetensors (the built-in task),
+ * base_text.safetensors (on text.txt), base_llama_task.safetensors and
+ * base_llama_text.safetensors. Returns the directory (removed at exit with
+ * what it holds). */
 const char *gpt_fuzz_setup(void);
 
 /* Writes <dir>/name into out (GPT_FUZZ_PATH_MAX bytes). */
 enum { GPT_FUZZ_PATH_MAX = 512 };
 void gpt_fuzz_path(char *out, const char *name);
+/* Writes the path of the base checkpoint an input's first byte picks into
+ * out: bit 0 set, trained on text.txt; bit 1 set, the Llama's. */
+void gpt_fuzz_base(char *out, uint8_t first);
 
 /* Applies one edit to the checkpoint's tensors ck, chosen by tag and read
- * from in: a value of train.settings, gpt.config or gpt.vocab; gpt.vocab,
+ * from in: a value of train.settings, gpt.config (llama.config) or gpt.vocab; gpt.vocab,
  * train.history or a generator state replaced by a tensor of another
  * shape, dtype or values; any tensor replaced, removed, or one element set.
  * Tensors made here stay small (at most 65536 elements). */

@@ -86,11 +86,11 @@ def text_corpus():
 
 
 # The GPT harnesses' inputs: a first byte (odd: the checkpoint trained on
-# text, even: the built-in task), then records. A checkpoint edit is its tag
+# text, even: the built-in task; plus 2: the Llama's), then records. A checkpoint edit is its tag
 # (0..8 mod 9, below 0x80), two bytes every edit reads (which tensor for the
 # edits of any tensor, which generator), then its own bytes; see
 # gpt_fuzz_edit. Table indices refer to gpt_fuzz_double / gpt_fuzz_int.
-TEXT, TASK = 1, 0
+TEXT, TASK, LLAMA_TEXT, LLAMA_TASK = 1, 0, 3, 2
 SET_SETTING, SET_CONFIG, SET_VOCAB, NEW_VOCAB, NEW_HISTORY, RNG, NEW_ANY, DROP_ANY, SET_ANY = range(9)
 D_ZERO, D_ONE, D_TWO, D_MILLI, D_4096 = 3, 6, 7, 13, 19
 I_ONE, I_TWO = 1, 2
@@ -113,6 +113,11 @@ def gpt_resume_corpus():
     write("gpt_resume", "text_other_vocab", bytes([TEXT]) + edit(SET_VOCAB, 0, I_TWO))
     write("gpt_resume", "text_drop_first", bytes([TEXT]) + edit(DROP_ANY))
     write("gpt_resume", "task_as_text", bytes([TEXT]) + edit(SET_SETTING, 3, D_ONE))
+    write("gpt_resume", "llama_text_unchanged", bytes([LLAMA_TEXT]))
+    write("gpt_resume", "llama_task_unchanged", bytes([LLAMA_TASK]))
+    # llama.config [4] is the kv heads, [7] the rope theta
+    write("gpt_resume", "llama_text_kv_heads_off", bytes([LLAMA_TEXT]) + edit(SET_CONFIG, 4, D_TWO))
+    write("gpt_resume", "llama_text_theta_zero", bytes([LLAMA_TEXT]) + edit(SET_CONFIG, 7, D_ZERO))
 
 
 # Sample options: a tag of 0x80 or more, mod 8: prompt (a length byte, then
@@ -136,6 +141,8 @@ def gpt_sample_corpus():
     write("gpt_sample", "text_largest_seed", bytes([TEXT, SEED, 3]))
     write("gpt_sample", "task_top_k_past_vocab", bytes([TASK, TOP_K, 7]))
     write("gpt_sample", "text_other_vocab", bytes([TEXT]) + edit(SET_VOCAB, 0, I_TWO))
+    write("gpt_sample", "llama_text_default", bytes([LLAMA_TEXT]))
+    write("gpt_sample", "llama_task_greedy_sum", bytes([LLAMA_TASK, GREEDY]) + prompt(b"123+456="))
 
 
 if __name__ == "__main__":

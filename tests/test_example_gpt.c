@@ -9,6 +9,17 @@
 #include <time.h>
 #include <unistd.h>
 
+/* What --arch llama needs to learn the task past the bar (26 s on two
+ * cores). Built with AddressSanitizer the run is ten times slower: there it
+ * is short, and checks the path's memory, not what it learns. */
+#if defined(__SANITIZE_ADDRESS__)
+#define LLAMA_TASK_ARGS "--steps 20 --batch 8"
+#define LLAMA_TASK_BAR 0.0
+#else
+#define LLAMA_TASK_ARGS "--steps 4000 --batch 32"
+#define LLAMA_TASK_BAR 90.0
+#endif
+
 static char dir[64];
 static char output[1 << 16];
 
@@ -326,6 +337,9 @@ START_TEST(bad_command_lines_are_usage_errors)
         {"train --steps 0", "--steps: '0'"},
         {"train --lr 1e-3x", "--lr: '1e-3x'"},
         {"train --config huge", "unknown 'huge'"},
+        {"train --arch mamba", "--arch: unknown 'mamba' (gpt or llama)"},
+        {"train --arch", "--arch needs a value"},
+        {"sample --ckpt m --arch llama", "unknown option '--arch' for sample"},
         {"train --ckpt x", "unknown option '--ckpt' for train"},
         {"sample --steps 3", "unknown option '--steps' for sample"},
         {"sample --prompt hi", "sample needs --ckpt"},
@@ -569,6 +583,137 @@ START_TEST(help_prints_the_usage_and_succeeds)
 }
 END_TEST
 
+/* ---- --arch llama ---- */
+
+/* The accuracy on the "exact-match accuracy: X% of 500" line. */
+static double task_accuracy_printed(void)
+{
+    const char *at = strstr(output, "exact-match accuracy: ");
+    double pct = -1;
+    ck_assert_msg(at && sscanf(at, "exact-match accuracy: %lf%%", &pct) == 1, "%s", output);
+    return pct;
+}
+
+START_TEST(llama_learns_the_task_past_the_accuracy_bar)
+{
+    ck_assert_int_eq(run("train --arch llama " LLAMA_TASK_ARGS " --out l.st --svg l.svg"), 0);
+    ck_assert_output("training a Llama on 3-digit addition");
+    ck_assert_output("2 kv heads, hidden 384");
+    double pct = task_accuracy_printed();
+    fprintf(stderr, "llama: " LLAMA_TASK_ARGS " gives %.1f%% on the task\n", pct);
+    ck_assert_msg(pct >= LLAMA_TASK_BAR, "accuracy %.1f%%:\n%s", pct, output);
+}
+END_TEST
+
+START_TEST(llama_run_resumes_bit_for_bit_and_samples)
+{
+    char straight[32], resumed[32];
+    ck_assert_int_eq(run("train --arch llama --config tiny --steps 8 --batch 4 --seed 5 "
+                         "--out a.st --svg a.svg"), 0);
+    ck_assert_output("vocab 13, context 16, 1 layers, 2 heads, d 32, 1 kv heads, hidden 96");
+    final_loss(straight);
+    ck_assert_int_eq(run("train --arch llama --config tiny --steps 8 --batch 4 --seed 5 "
+                         "--stop-at 4 --out b.st --svg b.svg"), 0);
+    ck_assert_int_eq(run("train --resume b.st --out c.st --svg c.svg"), 0);
+    ck_assert_output("training a Llama on");
+    ck_assert_output("resumed");
+    final_loss(resumed);
+    ck_assert_str_eq(straight, resumed);
+    /* a Llama has no dropout, so its checkpoint holds no dropout generator */
+    write_edited("b.st", "d.st", "train.rng_dropout", NULL);
+    ck_assert_int_eq(run("train --resume d.st --out e.st --svg e.svg"), 0);
+    final_loss(resumed);
+    ck_assert_str_eq(straight, resumed);
+
+    write_file("t.txt", text, sizeof text - 1);
+    ck_assert_int_eq(run("train --arch llama --data t.txt --config tiny --steps 6 --batch 4 "
+                         "--out f.st --svg f.svg"), 0);
+    final_loss(straight);
+    ck_assert_int_eq(run("train --arch llama --data t.txt --config tiny --steps 6 --batch 4 "
+                         "--stop-at 3 --out g.st --svg g.svg"), 0);
+    ck_assert_int_eq(run("train --arch llama --data t.txt --resume g.st --out h.st "
+                         "--svg h.svg"), 0);
+    final_loss(resumed);
+    ck_assert_str_eq(straight, resumed);
+    ck_assert_int_eq(run("train --arch gpt --data t.txt --resume g.st --out h.st"), 1);
+    ck_assert_output("g.st is a llama checkpoint; resume it with --arch llama or without");
+
+    static const char *const samplings[] = {"--greedy", "--temperature 0.8 --seed 3",
+                                            "--top-k 5", "--top-p 0.9 --temperature 1.5"};
+    for (size_t i = 0; i < sizeof samplings / sizeof samplings[0]; i++) {
+        char args[128];
+        snprintf(args, sizeof args, "sample --ckpt c.st --prompt 12+3 --tokens 25 %s",
+                 samplings[i]);
+        ck_assert_msg(run(args) == 0, "gpt %s:\n%s", args, output);
+        ck_assert_uint_eq(strlen(output), 4 + 25 + 1); /* slides past the context of 16 */
+        ck_assert(strncmp(output, "12+3", 4) == 0);
+        ck_assert_uint_eq(strspn(output, "0123456789+=\n"), strlen(output));
+    }
+}
+END_TEST
+
+static tg_tensor *llama_config(double kv_heads, double heads, double theta)
+{
+    return tg_from_data(TG_FLOAT64, 1, SHAPE(11),
+                        (const double[]){13, 16, 1, heads, kv_heads, 32, 96, theta, 1e-5, 1, 0});
+}
+
+START_TEST(llama_checkpoint_that_disagrees_with_itself_is_refused)
+{
+    ck_assert_int_eq(run("train --arch llama --config tiny --steps 4 --batch 4 --stop-at 2 "
+                         "--out base.st --svg base.svg"), 0);
+    const struct {
+        const char *name;
+        tg_tensor *value;
+        const char *message;
+    } cases[] = {
+        {"llama.config", llama_config(2, 2, 10000),
+         "model.layers.0.self_attn.k_proj.weight is float32 [16, 32]; llama.config implies "
+         "float [32, 32]"},
+        {"llama.config", llama_config(1, 2, 0), "rope theta = 0 is not a finite number > 0"},
+        {"llama.config", llama_config(1, 2, INFINITY), "rope theta = inf is not a finite"},
+        {"llama.config", llama_config(1, 32, 10000), "head size 1 (width 32 / 32 heads) is odd"},
+        {"llama.config", llama_config(3, 2, 10000), "3 kv heads do not divide its 2 heads"},
+        {"llama.config", llama_config(1.5, 2, 10000), "kv heads = 1.5 is not a whole number"},
+        {"llama.config", tg_zeros(TG_FLOAT64, 1, SHAPE(5)), "llama.config has 5 values, not 11"},
+        {"llama.config", NULL, "it has no llama.config"},
+        {"model.arch", tg_full(TG_INT64, 1, SHAPE(1), 7), "its model.arch is 7, not 0"},
+        /* without its arch record a checkpoint is a GPT's */
+        {"model.arch", NULL, "it has no gpt.config"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_edited("base.st", "bad.st", cases[i].name, cases[i].value);
+        int status = run("train --resume bad.st --out o.st --svg o.svg");
+        ck_assert_msg(status == 1, "case %zu: exit %d:\n%s", i, status, output);
+        ck_assert_msg(strstr(output, cases[i].message), "case %zu: no '%s' in:\n%s", i,
+                      cases[i].message, output);
+        ck_assert_int_eq(run("sample --ckpt bad.st --tokens 3"), 1);
+        ck_assert_msg(strstr(output, cases[i].message), "sample, case %zu:\n%s", i, output);
+    }
+    ck_assert_int_eq(file_size("o.st"), -1);
+}
+END_TEST
+
+START_TEST(gpt_checkpoint_without_an_arch_record_still_loads)
+{
+    ck_assert_int_eq(run("train --config tiny --steps 4 --batch 4 --stop-at 2 --out g.st "
+                         "--svg g.svg"), 0);
+    char path[128];
+    snprintf(path, sizeof path, "%s/g.st", dir);
+    tg_params ck = {0};
+    ck_assert_int_eq(tg_safetensors_load(path, &ck), 0);
+    ck_assert_ptr_null(tg_params_find(&ck, "model.arch"));
+    tg_error_clear();
+    tg_params_clear(&ck);
+    ck_assert_int_eq(run("sample --ckpt g.st --prompt 1 --tokens 4 --greedy"), 0);
+    ck_assert_int_eq(run("train --resume g.st --out h.st --svg h.svg"), 0);
+    ck_assert_output("training on 3-digit addition");
+    ck_assert_output("final: step 4 ");
+    ck_assert_int_eq(run("train --arch llama --resume g.st --out h.st --svg h.svg"), 1);
+    ck_assert_output("g.st is a gpt checkpoint; resume it with --arch gpt or without --arch");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("example_gpt");
@@ -591,6 +736,15 @@ int main(void)
     tcase_add_test(tc, training_on_far_too_little_text_warns_first);
     tcase_add_test(tc, control_characters_of_a_prompt_are_escaped_in_messages);
     tcase_add_test(tc, help_prints_the_usage_and_succeeds);
+    tcase_add_test(tc, llama_run_resumes_bit_for_bit_and_samples);
+    tcase_add_test(tc, llama_checkpoint_that_disagrees_with_itself_is_refused);
+    tcase_add_test(tc, gpt_checkpoint_without_an_arch_record_still_loads);
     suite_add_tcase(s, tc);
+    /* 26 s alone on two cores, but meson runs the other programs beside it */
+    TCase *task = tcase_checked("llama_task");
+    tcase_add_checked_fixture(task, make_dir, remove_dir);
+    tcase_set_timeout(task, 300);
+    tcase_add_test(task, llama_learns_the_task_past_the_accuracy_bar);
+    suite_add_tcase(s, task);
     return run_suite(s);
 }
