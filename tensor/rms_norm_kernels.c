@@ -29,7 +29,7 @@ static inline double dot_f32(const float *x, const float *y, int64_t d)
 
 /* One float32 row: x, out [d]; w [d] or NULL. */
 TG_VECTOR_CLONES
-static void forward_row_f32(float *out, double *rstd, const float *x, const float *w, int64_t d,
+static void rms_forward_row_f32(float *out, double *rstd, const float *x, const float *w, int64_t d,
                             double eps)
 {
     double r = 1.0 / sqrt(dot_f32(x, x, d) / (double)d + eps);
@@ -55,7 +55,7 @@ static void forward_any(void *out, double *rstd, const void *x, const void *w, i
                         int64_t d, double eps, tg_dtype dt)
 {
     if (dt == TG_FLOAT32)
-        forward_row_f32((float *)out + r * d, rstd + r, (const float *)x + r * d, w, d, eps);
+        rms_forward_row_f32((float *)out + r * d, rstd + r, (const float *)x + r * d, w, d, eps);
     else
         forward_row_f64((double *)out + r * d, rstd + r, (const double *)x + r * d, w, d, eps);
 }
@@ -76,7 +76,7 @@ void tg__rms_norm_rows(void *out, double *rstd, const void *x, const void *w, in
 /* dx of one float32 row: c = mean(dxhat * xhat) = rstd * sum(g w x) / d,
  * summed in double; then dx = rstd * (g w - x * rstd * c) in float. */
 TG_VECTOR_CLONES
-static void dx_row_f32(float *dx, const float *g, const float *x, const float *w, double r,
+static void rms_dx_row_f32(float *dx, const float *g, const float *x, const float *w, double r,
                        int64_t d)
 {
     double acc[RMS_LANES] = {0}, s = 0;
@@ -108,7 +108,7 @@ static void dx_any(void *dx, const void *g, const void *x, const void *w, const 
                    int64_t r, int64_t d, tg_dtype dt)
 {
     if (dt == TG_FLOAT32)
-        dx_row_f32((float *)dx + r * d, (const float *)g + r * d, (const float *)x + r * d, w,
+        rms_dx_row_f32((float *)dx + r * d, (const float *)g + r * d, (const float *)x + r * d, w,
                    rstd[r], d);
     else
         dx_row_f64((double *)dx + r * d, (const double *)g + r * d, (const double *)x + r * d,
