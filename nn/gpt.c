@@ -97,22 +97,11 @@ static tg_embedding_module *gpt_embedding(int64_t num, int64_t dim, tg_dtype dty
 
 static int check_config(const tg_gpt_config *c, tg_dtype dtype)
 {
-    const struct {
-        const char *name;
-        int64_t value;
-    } sizes[] = {{"vocab_size", c->vocab_size}, {"block_size", c->block_size},
-                 {"n_layer", c->n_layer},       {"n_head", c->n_head},
-                 {"n_embd", c->n_embd}};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        if (sizes[i].value <= 0) {
-            tg_fail(TG_ERR_VALUE, "tg_gpt_new: %s = %lld must be positive", sizes[i].name,
-                    (long long)sizes[i].value);
-            return -1;
-        }
-    if (c->n_layer > 1 << 20) {
-        tg_fail(TG_ERR_VALUE, "tg_gpt_new: n_layer = %lld is too large", (long long)c->n_layer);
+    const tg__size sizes[] = {{"vocab_size", c->vocab_size}, {"block_size", c->block_size},
+                              {"n_layer", c->n_layer},       {"n_head", c->n_head},
+                              {"n_embd", c->n_embd}};
+    if (tg__check_sizes("tg_gpt_new", sizes, (int)(sizeof sizes / sizeof sizes[0])) < 0)
         return -1;
-    }
     if (c->n_embd % c->n_head != 0) {
         tg_fail(TG_ERR_VALUE, "tg_gpt_new: n_embd = %lld is not a multiple of n_head = %lld",
                 (long long)c->n_embd, (long long)c->n_head);

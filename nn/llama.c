@@ -62,23 +62,12 @@ static int config_fails(const char *what, const tg_llama_config *c)
 
 static int check_config(const tg_llama_config *c, tg_dtype dtype)
 {
-    const struct {
-        const char *name;
-        int64_t value;
-    } sizes[] = {{"vocab_size", c->vocab_size}, {"block_size", c->block_size},
-                 {"n_layer", c->n_layer},       {"n_head", c->n_head},
-                 {"n_kv_head", c->n_kv_head},   {"n_embd", c->n_embd},
-                 {"hidden_size", c->hidden_size}};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        if (sizes[i].value <= 0) {
-            tg_fail(TG_ERR_VALUE, "tg_llama_new: %s = %lld must be positive", sizes[i].name,
-                    (long long)sizes[i].value);
-            return -1;
-        }
-    if (c->n_layer > 1 << 20) {
-        tg_fail(TG_ERR_VALUE, "tg_llama_new: n_layer = %lld is too large", (long long)c->n_layer);
+    const tg__size sizes[] = {{"vocab_size", c->vocab_size}, {"block_size", c->block_size},
+                              {"n_layer", c->n_layer},       {"n_head", c->n_head},
+                              {"n_kv_head", c->n_kv_head},   {"n_embd", c->n_embd},
+                              {"hidden_size", c->hidden_size}};
+    if (tg__check_sizes("tg_llama_new", sizes, (int)(sizeof sizes / sizeof sizes[0])) < 0)
         return -1;
-    }
     if (c->n_embd % c->n_head != 0)
         return config_fails("n_embd is not a multiple of n_head", c);
     if ((c->n_embd / c->n_head) % 2 != 0)

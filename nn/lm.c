@@ -86,3 +86,20 @@ int tg__generate(const tg__decoder *d, const int64_t *prompt, int64_t prompt_len
     tg__sampler_free(s);
     return rc;
 }
+
+int tg__check_sizes(const char *fn, const tg__size *sizes, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (sizes[i].value <= 0) {
+            tg_fail(TG_ERR_VALUE, "%s: %s = %lld must be positive", fn, sizes[i].name,
+                    (long long)sizes[i].value);
+            return -1;
+        }
+    for (int i = 0; i < n; i++)
+        if (strcmp(sizes[i].name, "n_layer") == 0 && sizes[i].value > 1 << 20) {
+            tg_fail(TG_ERR_VALUE, "%s: n_layer = %lld is too large", fn,
+                    (long long)sizes[i].value);
+            return -1;
+        }
+    return 0;
+}

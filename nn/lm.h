@@ -17,6 +17,15 @@ int tg__check_idx(const char *fn, const tg_tensor *idx, int64_t vocab_size, int6
 /* targets int64 [B, T] like idx. 0, or -1 with the error recorded. */
 int tg__check_targets(const char *fn, const tg_tensor *idx, const tg_tensor *targets);
 
+/* A model config's sizes: every value must be positive (the first that is
+ * not is named), then the one named "n_layer" at most 2^20; fn is named in
+ * the message. 0, or -1 with TG_ERR_VALUE recorded. */
+typedef struct {
+    const char *name;
+    int64_t value;
+} tg__size;
+int tg__check_sizes(const char *fn, const tg__size *sizes, int n);
+
 /* A model as the loop sees it. step runs tokens[0..T) at positions
  * pos0..pos0+T-1, the model's cache holding the window's positions below
  * pos0 (pos0 = 0: start the cache again), adds them to the cache and
