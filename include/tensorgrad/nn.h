@@ -140,17 +140,23 @@ TG_API tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_t
                                                   double dropout_p, bool is_causal, double scale,
                                                   tg_rng *rng, tg_tensor **weights);
 
-/* torch.nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first=True).
- * Parameter names: in_proj_weight [3E, E], in_proj_bias [3E], out_proj.weight
- * [E, E], out_proj.bias [E]. Init as PyTorch: xavier_uniform in_proj_weight,
- * zero biases, out_proj.weight like Linear. */
+/* torch.nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first=True,
+ * kdim, vdim). Parameter names: in_proj_weight [3E, E], in_proj_bias [3E],
+ * out_proj.weight [E, E], out_proj.bias [E]. Keys and values of other widths
+ * (kdim or vdim != E) have q_proj_weight [E, E], k_proj_weight [E, kdim],
+ * v_proj_weight [E, vdim] in place of in_proj_weight, in that order before
+ * in_proj_bias, as PyTorch names them. Init as PyTorch: xavier_uniform
+ * projection weights, zero biases, out_proj.weight like Linear. */
 typedef struct {
     int64_t embed_dim, num_heads, head_dim;
     double dropout;
     bool train;        /* dropout on the attention weights only when true */
     tg_rng *rng;       /* borrowed, for dropout */
-    tg_tensor *in_proj_weight, *in_proj_bias; /* bias NULL without bias */
+    tg_tensor *in_proj_weight, *in_proj_bias; /* bias NULL without bias; weight NULL when
+                                                 the three below are used */
     tg_linear *out_proj;
+    int64_t kdim, vdim; /* widths of key and value; 0 (a struct built by hand) means E */
+    tg_tensor *q_proj_weight, *k_proj_weight, *v_proj_weight; /* NULL with in_proj_weight */
 } tg_mha;
 
 typedef struct {
@@ -169,8 +175,19 @@ typedef struct {
  * [0, 1), is TG_ERR_VALUE. */
 TG_API tg_mha *tg_mha_new(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
                           tg_dtype dtype, tg_rng *rng);
-/* query [B, L, E], key and value [B, S, E] (or unbatched [L, E], [S, E], with
- * key_padding_mask [S]) -> [B, L, E]. opts may be NULL (no masks, no
+/* MultiheadAttention with keys/values of other widths (PyTorch's kdim/vdim).
+ * With kdim == vdim == embed_dim this is tg_mha_new (packed in_proj_weight
+ * [3E, E]); otherwise the parameters are q_proj_weight [E, E], k_proj_weight
+ * [E, kdim], v_proj_weight [E, vdim] (drawn from rng in that order, each
+ * xavier_uniform), in_proj_bias [3E] (when bias), out_proj.* -- PyTorch's
+ * names and state_dict order for that case. kdim or vdim < 1 is
+ * TG_ERR_VALUE; other errors as tg_mha_new. */
+TG_API tg_mha *tg_mha_new_kv(int64_t embed_dim, int64_t num_heads, int64_t kdim, int64_t vdim,
+                             double dropout, bool bias, tg_dtype dtype, tg_rng *rng);
+/* Training (dropout on the weights) or evaluation. NULL: no-op. */
+TG_API void tg_mha_set_train(tg_mha *m, bool train);
+/* query [B, L, E], key [B, S, kdim] and value [B, S, vdim] (or unbatched [L, E],
+ * [S, kdim], [S, vdim], with key_padding_mask [S]) -> [B, L, E]. opts may be NULL (no masks, no
  * weights). attn_mask and key_padding_mask combine: a key either masks is
  * masked. When opts->need_weights and weights is not NULL, *weights receives
  * the attention weights (after dropout, as PyTorch). A query whose every key
