@@ -310,6 +310,74 @@ START_TEST(forward_rejects_source_and_target_that_do_not_fit)
 }
 END_TEST
 
+/* ---- the README's three uses of attention ---------------------------------------------- */
+
+/* The snippets of the README's "The three uses of attention", as they are
+ * there (between the markers), on random inputs: they compile and run. */
+START_TEST(readme_three_uses_of_attention_run)
+{
+    enum { SRC = 6, TGT = 5 };
+    tg_rng *rng = tg_rng_new(21);
+    tg_scope_begin();
+    int64_t T = TGT;
+    tg_tensor *x = tg_randn(rng, TG_FLOAT32, 3, SHAPE(B, SRC, 32));
+    tg_tensor *y = tg_randn(rng, TG_FLOAT32, 3, SHAPE(B, TGT, 32));
+    tg_tensor *pad = make(TG_BOOL, 2, SHAPE(B, SRC), (const double[]){0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0});
+    tg_tensor *tgt_pad = make(TG_BOOL, 2, SHAPE(B, TGT), (const double[]){0, 0, 0, 0, 1, 0, 0, 0, 0, 0});
+    /* README begin */
+    /* 1. Encoder (BERT): each position sees every real token of the sequence. */
+    tg_encoder_config cfg = {.d_model = 32, .nhead = 4, .dim_feedforward = 64,
+                             .layer_norm_eps = 1e-5, .activation = TG_ACT_GELU};
+    tg_encoder *enc = tg_encoder_new(&cfg, 2, true, TG_FLOAT32, rng);
+    tg_tensor *h = tg_encoder_forward(enc, x, NULL, pad);   /* x [B, S, 32], pad [B, S] true at padding */
+
+    /* 2. Decoder only (GPT): position t sees positions 0..t. */
+    tg_tensor *causal = tg_square_subsequent_mask(T, TG_BOOL);  /* [T, T], true above the diagonal */
+    tg_tensor *g = tg_encoder_forward(enc, y, causal, NULL);     /* y [B, T, 32] */
+
+    /* 3. Encoder-decoder (T5, BART, translation): causal self-attention over the
+     * target, and cross-attention from each target position to the whole source. */
+    tg_transformer_config tc = {.d_model = 32, .nhead = 4, .num_encoder_layers = 2,
+                                .num_decoder_layers = 2, .dim_feedforward = 64,
+                                .layer_norm_eps = 1e-5, .activation = TG_ACT_RELU};
+    tg_transformer *model = tg_transformer_new(&tc, TG_FLOAT32, rng);
+    tg_transformer_masks m = {.src_key_padding_mask = pad,
+                              .tgt = {.tgt_is_causal = true, .tgt_key_padding_mask = tgt_pad,
+                                      .memory_key_padding_mask = pad}};
+    tg_tensor *out = tg_transformer_forward(model, x, y, &m);   /* [B, T, 32] */
+    /* the same in two steps: encode the source once, then decode against it */
+    tg_tensor *memory = tg_encoder_forward(model->encoder, x, NULL, pad);
+    tg_tensor *out2 = tg_decoder_forward(model->decoder, y, memory, &m.tgt);
+    /* README end */
+    ck_assert_shape(h, B, SRC, 32);
+    ck_assert_shape(g, B, TGT, 32);
+    ck_assert_shape(out, B, TGT, 32);
+    double *a = values_of(out), *b = values_of(out2);
+    for (int i = 0; i < B * TGT * 32; i++)
+        ck_assert_double_eq(a[i], b[i]);
+    free(a);
+    free(b);
+    /* causal: a new last target position changes nothing before it */
+    double dv[B * TGT * 32] = {0};
+    for (int bi = 0; bi < B; bi++)
+        for (int i = 0; i < 32; i++)
+            dv[(bi * TGT + TGT - 1) * 32 + i] = 5.0; /* the last position of each row */
+    tg_tensor *y2 = tg_add(y, make(TG_FLOAT32, 3, SHAPE(B, TGT, 32), dv));
+    tg_tensor *g2 = tg_encoder_forward(enc, y2, causal, NULL);
+    double *ga = values_of(g), *gb = values_of(g2);
+    for (int bi = 0; bi < B; bi++)
+        for (int i = 0; i < (TGT - 1) * 32; i++)
+            ck_assert_double_eq(ga[bi * TGT * 32 + i], gb[bi * TGT * 32 + i]);
+    ck_assert(ga[TGT * 32 - 1] != gb[TGT * 32 - 1]);
+    free(ga);
+    free(gb);
+    tg_scope_end();
+    tg_encoder_free(enc);
+    tg_transformer_free(model);
+    tg_rng_free(rng);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("transformer");
@@ -328,6 +396,7 @@ int main(void)
     tcase_add_test(beh, forward_is_the_decoder_over_the_encoder_memory);
     tcase_add_test(beh, set_train_reaches_encoder_and_decoder);
     tcase_add_test(beh, square_subsequent_mask_is_zero_below_and_minus_inf_above);
+    tcase_add_test(beh, readme_three_uses_of_attention_run);
     suite_add_tcase(s, beh);
 
     TCase *err = tcase_checked("errors");
