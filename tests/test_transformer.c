@@ -107,6 +107,35 @@ START_TEST(new_redraws_every_matrix_from_xavier_uniform_in_order)
 }
 END_TEST
 
+/* Built inside a scope, the model owns its parameters and the scope only
+ * what the construction drew and threw away: ending it leaves exactly the
+ * parameters alive, and the model usable. */
+START_TEST(new_inside_a_scope_leaves_the_parameters_alone)
+{
+    tg_rng *rng = tg_rng_new(12);
+    tg_transformer_config c = config(1, 1, false, 0.0);
+    int64_t before = tg_live_tensors();
+    tg_scope_begin();
+    tg_transformer *m = tg_transformer_new(&c, TG_FLOAT32, rng);
+    tg_scope_end();
+    ck_assert_ptr_nonnull(m);
+    /* (run in checked mode: a tensor released twice would be TG_ERR_STATE) */
+    ck_assert_msg(tg_error_code() == TG_OK, "%s", tg_error_message());
+    tg_params ps = {0};
+    ck_assert_int_eq(tg_transformer_params(m, NULL, &ps), 0);
+    ck_assert_int_eq(tg_live_tensors() - before, ps.count);
+    tg_tensor *src = input(TG_FLOAT32, S, 0.2), *tgt = input(TG_FLOAT32, T, 1.1);
+    tg_tensor *y = tg_transformer_forward(m, src, tgt, NULL);
+    ck_assert_msg(y != NULL, "%s", tg_error_message());
+    tg_release(y);
+    tg_release(src);
+    tg_release(tgt);
+    tg_params_clear(&ps);
+    tg_transformer_free(m);
+    tg_rng_free(rng);
+}
+END_TEST
+
 /* ---- gradients ------------------------------------------------------------------- */
 
 typedef struct {
@@ -384,6 +413,7 @@ int main(void)
     TCase *init = tcase_checked("names_init");
     tcase_add_test(init, param_names_follow_pytorch_encoder_then_decoder);
     tcase_add_test(init, new_redraws_every_matrix_from_xavier_uniform_in_order);
+    tcase_add_test(init, new_inside_a_scope_leaves_the_parameters_alone);
     suite_add_tcase(s, init);
 
     TCase *grad = tcase_checked("gradients");
