@@ -1,7 +1,6 @@
-/* nn.TransformerDecoderLayer / TransformerDecoder: state-dict names, init
- * order, float64 gradient checks of both norm orders with every mask kind,
- * train/eval, unbatched input, a fully padded source, and bad input. The
- * outputs against PyTorch are in test_parity.c. */
+/* nn.TransformerDecoderLayer / TransformerDecoder: names, init order, float64
+ * gradchecks of both norm orders with every mask kind, train/eval, unbatched
+ * input, a fully padded source, bad input (PyTorch parity: test_parity.c). */
 #include "transformer_testutil.h"
 
 /* d_model 4, 2 heads, feed-forward 6; tgt [B, T, 4], memory [B, S, 4]. */

@@ -1,7 +1,6 @@
 /* MultiheadAttention with keys and values of other widths than the queries
- * (PyTorch's kdim/vdim: q_proj_weight, k_proj_weight, v_proj_weight), and
- * the train/eval switch. The outputs and gradients against PyTorch are in
- * test_parity.c (mha_kv). */
+ * (PyTorch's kdim/vdim: q/k/v_proj_weight) and the train/eval switch; the
+ * outputs and gradients against PyTorch are in test_parity.c (mha_kv). */
 #include "testutil.h"
 
 /* embed_dim 4, 2 heads, keys of width 3, values of width 5. */

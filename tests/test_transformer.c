@@ -1,8 +1,6 @@
-/* nn.Transformer: state-dict names, PyTorch's xavier re-initialisation,
- * float64 gradient checks with padded source and target, train/eval,
- * generate_square_subsequent_mask, bad input, and the README's three uses
- * of attention as code that runs. The outputs against PyTorch are in
- * test_parity.c. */
+/* nn.Transformer: names, PyTorch's xavier re-initialisation, float64
+ * gradchecks with padded source and target, square_subsequent_mask, bad input,
+ * and the README's three uses of attention as code that runs. */
 #include "transformer_testutil.h"
 
 enum { D = 4, NH = 2, DFF = 6, B = 2, S = 4, T = 3 };

@@ -1,7 +1,6 @@
-/* For module-level gradient checks of the encoder-decoder (test_decoder.c,
- * test_transformer.c): the addresses of a module's parameter fields in
- * state_dict order, so a checked function can run the module on the
- * checker's copies of its parameters. */
+/* Module-level gradchecks of the encoder-decoder (test_decoder.c,
+ * test_transformer.c): a module's parameter fields in state_dict order, so a
+ * checked function can run the module on the checker's copies of them. */
 #ifndef TG_TRANSFORMER_TESTUTIL_H
 #define TG_TRANSFORMER_TESTUTIL_H
 
