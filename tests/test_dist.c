@@ -92,6 +92,14 @@ static void reference_backward(model *m, tg_dtype dt)
     tg_scope_end();
 }
 
+/* The mean loss over rows [lo, hi) through d. */
+static void dist_backward_rows(tg_dist *d, model *m, tg_dtype dt, int lo, int hi)
+{
+    tg_scope_begin();
+    ck_assert_int_eq(tg_dist_backward(d, model_loss(m, dt, lo, hi, 1.0 / (hi - lo))), 0);
+    tg_scope_end();
+}
+
 /* This rank's share, the mean over its rows: the mean over ranks is the
  * combined batch's mean. */
 static void dist_backward(tg_dist *d, model *m, tg_dtype dt)
@@ -445,6 +453,174 @@ START_TEST(a_failed_backward_on_one_rank_fails_every_rank)
 }
 END_TEST
 
+/* ---- ZeRO stage 1 ----------------------------------------------------------------- */
+
+static void model_copy(model *dst, const model *src)
+{
+    for (int k = 0; k < 6; k++) {
+        double v[HID * HID];
+        int64_t n = tg_numel(src->w[k]);
+        tg_copy_to(src->w[k], TG_FLOAT64, v, n);
+        tg_copy_from(dst->w[k], TG_FLOAT64, v, n);
+    }
+}
+
+START_TEST(zero1_equals_plain_data_parallelism_after_10_steps)
+{
+    model plain, zero;
+    model_init(&plain, TG_FLOAT64, 11);
+    model_init(&zero, TG_FLOAT64, 11);
+    tg_dist *dp = tg_dist_new(MPI_COMM_WORLD, &plain.ps, &(tg_dist_options){.bucket_bytes = 512});
+    tg_dist *dz = tg_dist_new(MPI_COMM_WORLD, &zero.ps,
+                              &(tg_dist_options){.bucket_bytes = 512, .zero1 = true});
+    tg_optim *po = tg_adamw_new(&plain.ps, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+    tg_dist_adamw *zo = tg_dist_adamw_new(dz, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+    ck_assert_ptr_nonnull(zo);
+    for (int step = 0; step < 10; step++) {
+        model_zero_grad(&plain);
+        model_zero_grad(&zero);
+        dist_backward(dp, &plain, TG_FLOAT64);
+        dist_backward(dz, &zero, TG_FLOAT64);
+        ck_assert_int_eq(tg_optim_step(po), 0);
+        ck_assert_int_eq(tg_dist_adamw_step(zo), 0);
+    }
+    ck_assert_int_eq(tg_dist_adamw_steps(zo), 10);
+    double diff = model_diff(&zero, &plain);
+    bool same = model_same_on_every_rank(&zero);
+    if (world == 1) /* one rank: tg_adamw's bits */
+        ck_assert_msg(diff == 0, "1 rank differs from tg_adamw by %g", diff);
+    ck_assert_msg(diff <= 1e-12, "ZeRO-1 differs from plain data parallelism by %g", diff);
+    ck_assert(same);
+    tg_dist_adamw_free(zo);
+    tg_optim_free(po);
+    tg_dist_free(dp);
+    tg_dist_free(dz);
+    model_free(&plain);
+    model_free(&zero);
+}
+END_TEST
+
+START_TEST(zero1_state_bytes_fall_as_one_over_world_size)
+{
+    model m;
+    model_init(&m, TG_FLOAT64, 12);
+    tg_dist *d = tg_dist_new(MPI_COMM_WORLD, &m.ps, &(tg_dist_options){.zero1 = true});
+    tg_dist_adamw *o = tg_dist_adamw_new(d, 1e-3, 0.9, 0.999, 1e-8, 0);
+    int64_t whole = 2 * tg_params_numel(&m.ps) * 8, mine = tg_dist_adamw_state_bytes(o);
+    double sum = (double)mine;
+    ck_assert_int_eq(tg_dist_allreduce_sum(d, &sum, 1), 0);
+    ck_assert_double_eq(sum, (double)whole);
+    /* an even split, to one element */
+    ck_assert_int_le(llabs(mine * world - whole), 16 * world);
+    tg_dist_adamw_free(o);
+    tg_dist_free(d);
+    model_free(&m);
+}
+END_TEST
+
+/* Continues training from `from` for 3 steps on rows [lo, hi) of a dist on
+ * comm with a tg_dist_adamw loaded from state, into m. */
+static void resume_sharded(model *m, const model *from, const tg_params *state, MPI_Comm comm,
+                           int lo, int hi)
+{
+    model_copy(m, from);
+    tg_dist *d = tg_dist_new(comm, &m->ps, &(tg_dist_options){.bucket_bytes = 256, .zero1 = true});
+    tg_dist_adamw *o = tg_dist_adamw_new(d, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+    ck_assert_int_eq(tg_dist_adamw_load_state(o, state), 0);
+    ck_assert_int_eq(tg_dist_adamw_steps(o), 3);
+    for (int step = 0; step < 3; step++) {
+        model_zero_grad(m);
+        dist_backward_rows(d, m, TG_FLOAT64, lo, hi);
+        ck_assert_int_eq(tg_dist_adamw_step(o), 0);
+    }
+    tg_dist_adamw_free(o);
+    tg_dist_free(d);
+}
+
+START_TEST(zero1_state_resumes_in_tg_adamw_and_at_any_world_size)
+{
+    model m, ref, alone, here;
+    model_init(&m, TG_FLOAT64, 13);
+    tg_dist *d = tg_dist_new(MPI_COMM_WORLD, &m.ps, &(tg_dist_options){.zero1 = true});
+    tg_dist_adamw *o = tg_dist_adamw_new(d, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+    for (int step = 0; step < 3; step++) {
+        model_zero_grad(&m);
+        dist_backward(d, &m, TG_FLOAT64);
+        ck_assert_int_eq(tg_dist_adamw_step(o), 0);
+    }
+    tg_params state = {0};
+    ck_assert_int_eq(tg_dist_adamw_state(o, &state), 0);
+    ck_assert_int_eq(state.count, 1 + 3 * 6);
+    ck_assert_int_eq(tg_dist_adamw_state(o, &state), -1); /* "step" is there already */
+    ck_assert_int_eq(tg_error_code(), TG_ERR_VALUE);
+    tg_error_clear();
+    /* one process with tg_adamw on the combined batch */
+    model_init(&ref, TG_FLOAT64, 0);
+    model_copy(&ref, &m);
+    tg_optim *ro = tg_adamw_new(&ref.ps, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+    ck_assert_int_eq(tg_optim_load_state(ro, &state), 0);
+    for (int step = 0; step < 3; step++) {
+        model_zero_grad(&ref);
+        reference_backward(&ref, TG_FLOAT64);
+        ck_assert_int_eq(tg_optim_step(ro), 0);
+    }
+    /* a world of one (each rank alone) and the world it was saved at */
+    model_init(&alone, TG_FLOAT64, 0);
+    model_init(&here, TG_FLOAT64, 0);
+    resume_sharded(&alone, &m, &state, MPI_COMM_SELF, 0, ROWS);
+    int lo, hi;
+    my_rows(&lo, &hi);
+    resume_sharded(&here, &m, &state, MPI_COMM_WORLD, lo, hi);
+    bool same = model_same_on_every_rank(&here);
+    ck_assert_msg(model_diff(&alone, &ref) == 0, "1 rank differs from tg_adamw by %g",
+                  model_diff(&alone, &ref));
+    ck_assert_double_le(model_diff(&here, &ref), 1e-12);
+    ck_assert(same);
+    tg_optim_free(ro);
+    tg_params_clear(&state);
+    tg_dist_adamw_free(o);
+    tg_dist_free(d);
+    model_free(&m);
+    model_free(&ref);
+    model_free(&alone);
+    model_free(&here);
+}
+END_TEST
+
+START_TEST(zero1_refuses_misuse_on_every_rank)
+{
+    model m;
+    model_init(&m, TG_FLOAT64, 14);
+    tg_dist *plain = tg_dist_new(MPI_COMM_WORLD, &m.ps, NULL);
+    ck_assert_ptr_null(tg_dist_adamw_new(plain, 1e-3, 0.9, 0.999, 1e-8, 0));
+    ck_assert_int_eq(tg_error_code(), TG_ERR_STATE);
+    tg_error_clear();
+    tg_dist_free(plain);
+    tg_dist *d = tg_dist_new(MPI_COMM_WORLD, &m.ps, &(tg_dist_options){.zero1 = true});
+    ck_assert_ptr_null(tg_dist_adamw_new(d, 1e-3, 1.5, 0.999, 1e-8, 0));
+    ck_assert_int_eq(tg_error_code(), TG_ERR_VALUE);
+    tg_error_clear();
+    tg_dist_adamw *o = tg_dist_adamw_new(d, 1e-3, 0.9, 0.999, 1e-8, 0);
+    /* no gradients yet: nothing moves, on any rank */
+    double before[HID * HID];
+    tg_copy_to(m.w[2], TG_FLOAT64, before, HID * HID);
+    ck_assert_int_eq(tg_dist_adamw_step(o), -1);
+    ck_assert_int_eq(tg_error_code(), TG_ERR_STATE);
+    tg_error_clear();
+    double after[HID * HID];
+    tg_copy_to(m.w[2], TG_FLOAT64, after, HID * HID);
+    ck_assert_mem_eq(before, after, sizeof before);
+    ck_assert_int_eq(tg_dist_adamw_steps(o), 0);
+    tg_params bad = {0};
+    ck_assert_int_eq(tg_dist_adamw_load_state(o, &bad), -1);
+    ck_assert_int_eq(tg_error_code(), TG_ERR_VALUE);
+    tg_error_clear();
+    tg_dist_adamw_free(o);
+    tg_dist_free(d);
+    model_free(&m);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -467,6 +643,12 @@ int main(int argc, char **argv)
     tcase_add_test(bad, a_rank_refusing_its_parameters_fails_every_rank);
     tcase_add_test(bad, a_failed_backward_on_one_rank_fails_every_rank);
     suite_add_tcase(s, bad);
+    TCase *zero = tcase_checked("zero1");
+    tcase_add_test(zero, zero1_equals_plain_data_parallelism_after_10_steps);
+    tcase_add_test(zero, zero1_state_bytes_fall_as_one_over_world_size);
+    tcase_add_test(zero, zero1_state_resumes_in_tg_adamw_and_at_any_world_size);
+    tcase_add_test(zero, zero1_refuses_misuse_on_every_rank);
+    suite_add_tcase(s, zero);
     /* no fork: the children of a forked test could not use MPI */
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
