@@ -68,13 +68,22 @@ static tg_tensor *batch(tg_dtype dt, int lo, int hi, int cols, bool target)
 
 /* scale * (sum of squared errors over rows [lo, hi)); call inside a scope,
  * which holds the result and every intermediate. */
-static tg_tensor *model_loss(const model *m, tg_dtype dt, int lo, int hi, double scale)
+static tg_tensor *model_loss_gain(const model *m, tg_dtype dt, int lo, int hi, double scale,
+                                  const tg_tensor *gain)
 {
     tg_tensor *x = batch(dt, lo, hi, IN, false), *y = batch(dt, lo, hi, OUT, true);
     tg_tensor *h = tg_tanh(tg_affine(x, m->w[0], m->w[1]));
     h = tg_tanh(tg_affine(h, m->w[2], m->w[3]));
-    tg_tensor *d = tg_sub(tg_affine(h, m->w[4], m->w[5]), y);
+    tg_tensor *o = tg_affine(h, m->w[4], m->w[5]);
+    if (gain) /* [OUT], of another dtype */
+        o = tg_mul(o, tg_to_dtype(gain, dt));
+    tg_tensor *d = tg_sub(o, y);
     return tg_mul_scalar(tg_sum(tg_mul(d, d), NULL, 0, false), scale);
+}
+
+static tg_tensor *model_loss(const model *m, tg_dtype dt, int lo, int hi, double scale)
+{
+    return model_loss_gain(m, dt, lo, hi, scale, NULL);
 }
 
 /* This rank's rows of the combined batch when split evenly. */
@@ -249,6 +258,59 @@ START_TEST(uneven_shards_weighted_by_the_summed_counts_match_the_combined_batch)
     tg_dist_free(d);
     model_free(&ref);
     model_free(&dp);
+}
+END_TEST
+
+/* A float32 gain on the float64 model's output: its gradient travels in a
+ * float32 bucket; plain and ZeRO-1 both train as one process does. */
+START_TEST(float32_and_float64_parameters_reduce_in_buckets_of_their_own)
+{
+    for (int zero1 = 0; zero1 < 2; zero1++) {
+        model ref, dp;
+        tg_tensor *gains[2];
+        model *ms[2] = {&ref, &dp};
+        for (int k = 0; k < 2; k++) {
+            model_init(ms[k], TG_FLOAT64, 15);
+            gains[k] = T32(SHAPE(OUT), 1, 1.5f, 0.5f, -1.0f);
+            tg_set_requires_grad(gains[k], true);
+            tg_params_add(&ms[k]->ps, NULL, "gain", gains[k]);
+            tg_release(gains[k]);
+        }
+        tg_dist *d = tg_dist_new(MPI_COMM_WORLD, &dp.ps,
+                                 &(tg_dist_options){.bucket_bytes = 256, .zero1 = zero1});
+        tg_optim *ro = tg_adamw_new(&ref.ps, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+        tg_optim *po = zero1 ? NULL : tg_adamw_new(&dp.ps, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+        tg_dist_adamw *zo = zero1 ? tg_dist_adamw_new(d, 1e-2, 0.9, 0.999, 1e-8, 0.01) : NULL;
+        int lo, hi;
+        my_rows(&lo, &hi);
+        for (int step = 0; step < 3; step++) {
+            tg_optim_zero_grad(ro);
+            model_zero_grad(&dp);
+            tg_zero_grad(gains[1]);
+            tg_scope_begin();
+            ck_assert_int_eq(tg_backward(model_loss_gain(&ref, TG_FLOAT64, 0, ROWS, 1.0 / ROWS,
+                                                         gains[0]), NULL), 0);
+            ck_assert_int_eq(tg_dist_backward(d, model_loss_gain(&dp, TG_FLOAT64, lo, hi,
+                                                                 1.0 / (hi - lo), gains[1])), 0);
+            tg_scope_end();
+            ck_assert_int_eq(tg_optim_step(ro), 0);
+            ck_assert_int_eq(zero1 ? tg_dist_adamw_step(zo) : tg_optim_step(po), 0);
+        }
+        tg_dist_stats st = tg_dist_last_stats(d);
+        double diff = fmax(model_diff(&dp, &ref), max_diff(gains[1], gains[0], 0));
+        bool same = model_same_on_every_rank(&dp) && same_on_every_rank(gains[1]);
+        ck_assert_int_ge(st.buckets, 2);
+        ck_assert_int_eq(st.bytes, (tg_params_numel(&dp.ps) - OUT) * 8 + OUT * 4);
+        /* float32 sums grouped another way round differently */
+        ck_assert_msg(diff <= 1e-6, "zero1 %d: %g from one process", zero1, diff);
+        ck_assert(same);
+        tg_dist_adamw_free(zo);
+        tg_optim_free(ro);
+        tg_optim_free(po);
+        tg_dist_free(d);
+        model_free(&ref);
+        model_free(&dp);
+    }
 }
 END_TEST
 
@@ -632,6 +694,7 @@ int main(int argc, char **argv)
     tcase_add_test(train, data_parallel_float64_matches_the_combined_batch_after_10_steps);
     tcase_add_test(train, data_parallel_float32_gradients_match_within_relative_tolerance);
     tcase_add_test(train, uneven_shards_weighted_by_the_summed_counts_match_the_combined_batch);
+    tcase_add_test(train, float32_and_float64_parameters_reduce_in_buckets_of_their_own);
     tcase_add_test(train, allreduce_sum_gives_every_rank_the_same_sum);
     tcase_add_test(train, broadcast_makes_replicas_from_different_seeds_identical);
     tcase_add_test(train, clip_grad_norm_clips_the_averaged_gradient);

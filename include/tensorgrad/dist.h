@@ -64,7 +64,10 @@ typedef struct {
  * opts NULL means all defaults. Buckets are filled in reverse parameter
  * order (backward produces the last layers' gradients first); a parameter
  * larger than a bucket gets a bucket of its own. Installs a grad-ready hook
- * (tg_set_grad_ready_hook) on every parameter, which tg_dist_free removes.
+ * (tg_set_grad_ready_hook) on every parameter, replacing any, which
+ * tg_dist_free removes: a parameter belongs to one tg_dist at a time. With
+ * zero1 every parameter must be contiguous (it is updated in place by
+ * slices).
  * Returns NULL with TG_ERR_NULL (ps), TG_ERR_VALUE (empty ps, a negative
  * bucket_bytes, a mismatch across ranks, an MPI failure), TG_ERR_DTYPE,
  * TG_ERR_STATE (a non-leaf parameter) or TG_ERR_NOMEM. */
