@@ -744,10 +744,13 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad_output)
     int rc = g ? 0 : -1;
     if (rc == 0 && !root->node) {
         rc = accumulate(root, g);
+        if (rc == 0 && root->grad_hook)
+            root->grad_hook(root, root->grad_hook_user);
     } else if (rc == 0) {
-        int64_t n = 0;
+        int64_t n = 0, n_hooked = 0;
+        tg_tensor **hooked = NULL;
         tg_node **order = topological_order(tg__node_of(root), &n);
-        if (!order)
+        if (!order || tg__count_hooked(order, n, &hooked, &n_hooked) < 0)
             rc = -1;
         for (int64_t i = 0; i < n; i++)
             order[i]->owner.refcount++; /* freeing links below must not free nodes we visit */
@@ -758,6 +761,8 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad_output)
         for (int64_t i = n - 1; rc == 0 && i >= 0; i--) {
             if (order[i]->grad && run_node(order[i]) < 0)
                 rc = -1;
+            if (rc == 0 && n_hooked)
+                tg__leaves_fed(order[i]);
             free_links(order[i]);
         }
         for (int64_t i = n - 1; i >= 0; i--)
@@ -765,6 +770,7 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad_output)
         for (int64_t i = 0; i < n; i++)
             tg__node_release(order[i]);
         free(order);
+        tg__forget_hooked(hooked, n_hooked);
     }
     tg_scope_end();
     tg_set_grad_enabled(was_enabled);
