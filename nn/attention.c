@@ -1,5 +1,5 @@
-/* nn.MultiheadAttention (batch_first=True): packed q/k/v projections, heads
- * split by views, the masks merged into one, scaled dot-product attention
+/* nn.MultiheadAttention (batch_first=True): packed q/k/v projections (or three
+ * apart when keys and values have other widths), heads split by views, the masks merged into one, scaled dot-product attention
  * per head, and the output projection. PyTorch 1.13's
  * multi_head_attention_forward is the reference for every step. */
 #include <math.h>
@@ -24,19 +24,41 @@ static tg_tensor *own_param(tg_tensor *t)
     return t;
 }
 
+/* A [rows, cols] weight from xavier_uniform: U(+-sqrt(6 / (rows + cols))). */
+static tg_tensor *xavier(int64_t rows, int64_t cols, tg_dtype dtype, tg_rng *rng)
+{
+    double a = sqrt(6.0 / (double)(rows + cols));
+    return own_param(tg_uniform(rng, dtype, 2, (int64_t[]){rows, cols}, -a, a));
+}
+
+/* Whether the q/k/v projections are one packed [3E, E] weight. */
+static bool packed(const tg_mha *m)
+{
+    return m->in_proj_weight != NULL;
+}
+
 /* Draws from rng in this order: in_proj_weight [3E, E] from xavier_uniform
- * (U(+-sqrt(6 / (E + 3E)))), then out_proj.weight [E, E] like nn.Linear
+ * (or q_proj_weight, k_proj_weight, v_proj_weight, each xavier_uniform of
+ * its own shape), then out_proj.weight [E, E] like nn.Linear
  * (U(+-1/sqrt(E))). The biases are zeros and draw nothing. (PyTorch builds
  * out_proj first, so its draws come in the other order; only the
  * distributions match, not the streams.) */
-static int init_params(tg_mha *m, bool bias, tg_dtype dtype, tg_rng *rng)
+static int init_params(tg_mha *m, bool separate, bool bias, tg_dtype dtype, tg_rng *rng)
 {
     int64_t E = m->embed_dim;
     bool was = tg_set_grad_enabled(false);
     tg_scope_begin();
-    double xavier = sqrt(6.0 / (double)(E + 3 * E));
-    m->in_proj_weight = own_param(tg_uniform(rng, dtype, 2, (int64_t[]){3 * E, E}, -xavier, xavier));
-    if (m->in_proj_weight)
+    bool ok;
+    if (separate) {
+        m->q_proj_weight = xavier(E, E, dtype, rng);
+        m->k_proj_weight = m->q_proj_weight ? xavier(E, m->kdim, dtype, rng) : NULL;
+        m->v_proj_weight = m->k_proj_weight ? xavier(E, m->vdim, dtype, rng) : NULL;
+        ok = m->v_proj_weight != NULL;
+    } else {
+        m->in_proj_weight = xavier(3 * E, E, dtype, rng);
+        ok = m->in_proj_weight != NULL;
+    }
+    if (ok)
         m->out_proj = tg_linear_new(E, E, false, dtype, rng);
     if (m->out_proj && bias) {
         m->in_proj_bias = own_param(tg_zeros(dtype, 1, (int64_t[]){3 * E}));
@@ -44,40 +66,83 @@ static int init_params(tg_mha *m, bool bias, tg_dtype dtype, tg_rng *rng)
     }
     tg_scope_end();
     tg_set_grad_enabled(was);
-    bool ok = m->in_proj_weight && m->out_proj && (!bias || (m->in_proj_bias && m->out_proj->bias));
+    ok = ok && m->out_proj && (!bias || (m->in_proj_bias && m->out_proj->bias));
     return ok ? 0 : -1;
+}
+
+/* tg_mha_new and tg_mha_new_kv, fn naming the one called. */
+static tg_mha *mha_new(const char *fn, int64_t embed_dim, int64_t num_heads, int64_t kdim,
+                       int64_t vdim, double dropout, bool bias, tg_dtype dtype, tg_rng *rng)
+{
+    if (embed_dim <= 0 || num_heads <= 0)
+        return tg_fail(TG_ERR_VALUE, "%s: embed_dim %lld and num_heads %lld must be positive",
+                       fn, (long long)embed_dim, (long long)num_heads);
+    if (kdim <= 0 || vdim <= 0)
+        return tg_fail(TG_ERR_VALUE, "%s: kdim %lld and vdim %lld must be positive", fn,
+                       (long long)kdim, (long long)vdim);
+    if (embed_dim % num_heads != 0)
+        return tg_fail(TG_ERR_VALUE, "%s: embed_dim %lld is not divisible by num_heads %lld",
+                       fn, (long long)embed_dim, (long long)num_heads);
+    if (!(dropout >= 0 && dropout < 1))
+        return tg_fail(TG_ERR_VALUE, "%s: dropout %g is outside [0, 1)", fn, dropout);
+    if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64)
+        return tg_fail(TG_ERR_DTYPE, "%s: dtype %s is not a float dtype", fn,
+                       tg_dtype_name(dtype));
+    tg_mha *m = calloc(1, sizeof *m);
+    if (!m)
+        return tg_fail(TG_ERR_NOMEM, "%s: out of memory", fn);
+    m->embed_dim = embed_dim;
+    m->num_heads = num_heads;
+    m->head_dim = embed_dim / num_heads;
+    m->kdim = kdim;
+    m->vdim = vdim;
+    m->dropout = dropout;
+    /* Training mode, as a fresh torch module; dropout then draws from rng. */
+    m->train = true;
+    m->rng = rng;
+    bool separate = kdim != embed_dim || vdim != embed_dim;
+    if (init_params(m, separate, bias, dtype, rng) < 0) {
+        tg_mha_free(m);
+        return NULL;
+    }
+    return m;
 }
 
 tg_mha *tg_mha_new(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
                    tg_dtype dtype, tg_rng *rng)
 {
     TG_CHECK_ARG(rng);
-    if (embed_dim <= 0 || num_heads <= 0)
-        return tg_fail(TG_ERR_VALUE, "tg_mha_new: embed_dim %lld and num_heads %lld must be "
-                       "positive", (long long)embed_dim, (long long)num_heads);
-    if (embed_dim % num_heads != 0)
-        return tg_fail(TG_ERR_VALUE, "tg_mha_new: embed_dim %lld is not divisible by "
-                       "num_heads %lld", (long long)embed_dim, (long long)num_heads);
-    if (!(dropout >= 0 && dropout < 1))
-        return tg_fail(TG_ERR_VALUE, "tg_mha_new: dropout %g is outside [0, 1)", dropout);
-    if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64)
-        return tg_fail(TG_ERR_DTYPE, "tg_mha_new: dtype %s is not a float dtype",
-                       tg_dtype_name(dtype));
-    tg_mha *m = calloc(1, sizeof *m);
-    if (!m)
-        return tg_fail(TG_ERR_NOMEM, "tg_mha_new: out of memory");
-    m->embed_dim = embed_dim;
-    m->num_heads = num_heads;
-    m->head_dim = embed_dim / num_heads;
-    m->dropout = dropout;
-    /* Training mode, as a fresh torch module; dropout then draws from rng. */
-    m->train = true;
-    m->rng = rng;
-    if (init_params(m, bias, dtype, rng) < 0) {
-        tg_mha_free(m);
-        return NULL;
-    }
-    return m;
+    return mha_new("tg_mha_new", embed_dim, num_heads, embed_dim, embed_dim, dropout, bias,
+                   dtype, rng);
+}
+
+tg_mha *tg_mha_new_kv(int64_t embed_dim, int64_t num_heads, int64_t kdim, int64_t vdim,
+                      double dropout, bool bias, tg_dtype dtype, tg_rng *rng)
+{
+    TG_CHECK_ARG(rng);
+    return mha_new("tg_mha_new_kv", embed_dim, num_heads, kdim, vdim, dropout, bias, dtype, rng);
+}
+
+void tg_mha_set_train(tg_mha *m, bool train)
+{
+    if (m)
+        m->train = train;
+}
+
+/* The widths of key and value (0 in a struct built by hand means embed_dim). */
+static int64_t kdim_of(const tg_mha *m)
+{
+    return m->kdim > 0 ? m->kdim : m->embed_dim;
+}
+static int64_t vdim_of(const tg_mha *m)
+{
+    return m->vdim > 0 ? m->vdim : m->embed_dim;
+}
+
+/* The dtype of the parameters. */
+static tg_dtype param_dtype(const tg_mha *m)
+{
+    return tg_dtype_of(packed(m) ? m->in_proj_weight : m->q_proj_weight);
 }
 
 /* ---- argument checks ------------------------------------------------------------ */
@@ -88,9 +153,10 @@ static int check_module(const tg_mha *m)
 {
     const char *fn = "tg_mha_forward";
     int64_t E = m->embed_dim, H = m->num_heads;
-    if (!m->in_proj_weight || !m->out_proj) {
-        tg_fail(TG_ERR_NULL, "%s: m->%s is NULL", fn, !m->in_proj_weight ? "in_proj_weight"
-                                                                          : "out_proj");
+    bool sep = m->q_proj_weight && m->k_proj_weight && m->v_proj_weight;
+    if ((!m->in_proj_weight && !sep) || !m->out_proj) {
+        tg_fail(TG_ERR_NULL, "%s: m->%s is NULL", fn,
+                m->out_proj ? "in_proj_weight (or one of q/k/v_proj_weight)" : "out_proj");
         return -1;
     }
     if (E <= 0 || H <= 0 || m->head_dim * H != E) {
@@ -99,11 +165,22 @@ static int check_module(const tg_mha *m)
         return -1;
     }
     const tg_tensor *w = m->in_proj_weight, *b = m->in_proj_bias;
-    if (tg_ndim(w) != 2 || tg_shape(w)[0] != 3 * E || tg_shape(w)[1] != E) {
+    if (w && (tg_ndim(w) != 2 || tg_shape(w)[0] != 3 * E || tg_shape(w)[1] != E ||
+              kdim_of(m) != E || vdim_of(m) != E)) {
         tg_fail(TG_ERR_SHAPE, "%s: in_proj_weight %s is not [3 * embed_dim, embed_dim] with "
-                "embed_dim %lld", fn, TG_SHAPE_STRING(w), (long long)E);
+                "embed_dim %lld (kdim %lld, vdim %lld)", fn, TG_SHAPE_STRING(w), (long long)E,
+                (long long)kdim_of(m), (long long)vdim_of(m));
         return -1;
     }
+    const tg_tensor *ws[3] = {m->q_proj_weight, m->k_proj_weight, m->v_proj_weight};
+    int64_t cols[3] = {E, kdim_of(m), vdim_of(m)};
+    for (int i = 0; !w && i < 3; i++)
+        if (tg_ndim(ws[i]) != 2 || tg_shape(ws[i])[0] != E || tg_shape(ws[i])[1] != cols[i]) {
+            tg_fail(TG_ERR_SHAPE, "%s: %c_proj_weight %s is not [embed_dim, %s] = [%lld,%lld]",
+                    fn, "qkv"[i], TG_SHAPE_STRING(ws[i]), i == 0 ? "embed_dim" : i == 1 ? "kdim"
+                    : "vdim", (long long)E, (long long)cols[i]);
+            return -1;
+        }
     if (b && (tg_ndim(b) != 1 || tg_shape(b)[0] != 3 * E)) {
         tg_fail(TG_ERR_SHAPE, "%s: in_proj_bias %s is not [3 * embed_dim] with embed_dim "
                 "%lld", fn, TG_SHAPE_STRING(b), (long long)E);
@@ -112,28 +189,27 @@ static int check_module(const tg_mha *m)
     return 0;
 }
 
-/* query [B, L, E], key and value [B, S, E] (all batched by now). */
+/* query [B, L, E], key [B, S, kdim], value [B, S, vdim] (all batched by now). */
 static int check_inputs(const tg_mha *m, const tg_tensor *q, const tg_tensor *k,
                         const tg_tensor *v)
 {
     const char *fn = "tg_mha_forward";
     if (tg_ndim(q) != 3 || tg_ndim(k) != 3 || tg_ndim(v) != 3 || tg_shape(q)[2] != m->embed_dim ||
-        tg_shape(k)[2] != m->embed_dim) {
-        tg_fail(TG_ERR_SHAPE, "%s: query %s, key %s and value %s must all be [B, *, "
-                "embed_dim %lld] or all unbatched [*, embed_dim]", fn, TG_SHAPE_STRING(q),
-                TG_SHAPE_STRING(k), TG_SHAPE_STRING(v), (long long)m->embed_dim);
+        tg_shape(k)[2] != kdim_of(m) || tg_shape(v)[2] != vdim_of(m)) {
+        tg_fail(TG_ERR_SHAPE, "%s: query %s, key %s and value %s must be [B, *, embed_dim "
+                "%lld], [B, *, kdim %lld] and [B, *, vdim %lld], or all unbatched", fn,
+                TG_SHAPE_STRING(q), TG_SHAPE_STRING(k), TG_SHAPE_STRING(v),
+                (long long)m->embed_dim, (long long)kdim_of(m), (long long)vdim_of(m));
         return -1;
     }
-    bool same_kv = true;
-    for (int d = 0; d < 3; d++)
-        same_kv = same_kv && tg_shape(k)[d] == tg_shape(v)[d];
+    bool same_kv = tg_shape(k)[0] == tg_shape(v)[0] && tg_shape(k)[1] == tg_shape(v)[1];
     if (!same_kv || tg_shape(q)[0] != tg_shape(k)[0]) {
-        tg_fail(TG_ERR_SHAPE, "%s: key %s and value %s must have the same shape, and the "
-                "batch size of query %s", fn, TG_SHAPE_STRING(k), TG_SHAPE_STRING(v),
+        tg_fail(TG_ERR_SHAPE, "%s: key %s and value %s must have the same batch and length, "
+                "and the batch size of query %s", fn, TG_SHAPE_STRING(k), TG_SHAPE_STRING(v),
                 TG_SHAPE_STRING(q));
         return -1;
     }
-    tg_dtype dt = tg_dtype_of(m->in_proj_weight);
+    tg_dtype dt = param_dtype(m);
     if (tg_dtype_of(q) != dt || tg_dtype_of(k) != dt || tg_dtype_of(v) != dt) {
         tg_fail(TG_ERR_DTYPE, "%s: query, key and value (%s, %s, %s) must have the "
                 "parameters' dtype %s", fn, tg_dtype_name(tg_dtype_of(q)),
@@ -210,12 +286,14 @@ static tg_tensor *split_heads(const tg_mha *m, tg_tensor *y)
     return tg_transpose(y, 1, 2);
 }
 
-/* x [B, T, E] -> rows [i*E, (i+1)*E) of the packed projection, split into
+/* x [B, T, E] (kdim, vdim for i = 1, 2) -> the i-th projection (rows
+ * [i*E, (i+1)*E) of the packed weight, or q/k/v_proj_weight), split into
  * heads: [B, H, T, Dh], a view of the projection. */
 static tg_tensor *project_heads(const tg_mha *m, const tg_tensor *x, int i)
 {
     int64_t E = m->embed_dim;
-    tg_tensor *w = tg_narrow(m->in_proj_weight, 0, i * E, E); /* [E, E] */
+    tg_tensor *const sep[3] = {m->q_proj_weight, m->k_proj_weight, m->v_proj_weight};
+    tg_tensor *w = packed(m) ? tg_narrow(m->in_proj_weight, 0, i * E, E) : sep[i]; /* [E, in] */
     tg_tensor *b = m->in_proj_bias ? tg_narrow(m->in_proj_bias, 0, i * E, E) : NULL;
     if (m->in_proj_bias && !b)
         return NULL;
@@ -269,7 +347,7 @@ tg_tensor *tg_mha_forward(const tg_mha *m, const tg_tensor *query, const tg_tens
     tg_tensor *w = NULL; /* [B, H, L, S] */
     double p = m->train ? m->dropout : 0;
     tg_tensor *o;
-    if (self && !opts->attn_mask && !kpm && !want_w && (p == 0 || m->rng)) {
+    if (self && packed(m) && !opts->attn_mask && !kpm && !want_w && (p == 0 || m->rng)) {
         /* the heads read from the one [B, L, 3E] projection in place, and
          * their gradients written into one: the output comes merged */
         tg_tensor *qkv = tg_affine(q, m->in_proj_weight, m->in_proj_bias);
@@ -278,7 +356,7 @@ tg_tensor *tg_mha_forward(const tg_mha *m, const tg_tensor *query, const tg_tens
         tg_tensor *mask = merged_mask(m, opts->attn_mask, kpm, opts->is_causal, tg_dtype_of(q), B,
                                       L, S);
         tg_tensor *heads[3];
-        if (self) {
+        if (self && packed(m)) {
             project_self(m, q, heads);
         } else {
             heads[0] = project_heads(m, q, 0);
@@ -319,7 +397,11 @@ int tg_mha_params(const tg_mha *m, const char *prefix, tg_params *ps)
     }
     snprintf(sub, n, "%s%sout_proj", has ? prefix : "", has ? "." : "");
     int rc = 0;
-    if (tg_params_add(ps, prefix, "in_proj_weight", m->in_proj_weight) < 0 ||
+    bool sep = !packed(m);
+    if ((!sep && tg_params_add(ps, prefix, "in_proj_weight", m->in_proj_weight) < 0) ||
+        (sep && (tg_params_add(ps, prefix, "q_proj_weight", m->q_proj_weight) < 0 ||
+                 tg_params_add(ps, prefix, "k_proj_weight", m->k_proj_weight) < 0 ||
+                 tg_params_add(ps, prefix, "v_proj_weight", m->v_proj_weight) < 0)) ||
         (m->in_proj_bias && tg_params_add(ps, prefix, "in_proj_bias", m->in_proj_bias) < 0) ||
         tg_linear_params(m->out_proj, sub, ps) < 0) {
         /* All or nothing: take back what was added. */
@@ -339,6 +421,9 @@ void tg_mha_free(tg_mha *m)
     if (!m)
         return;
     tg_release(m->in_proj_weight);
+    tg_release(m->q_proj_weight);
+    tg_release(m->k_proj_weight);
+    tg_release(m->v_proj_weight);
     tg_release(m->in_proj_bias);
     tg_linear_free(m->out_proj);
     free(m);

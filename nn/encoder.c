@@ -8,39 +8,7 @@
 #include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
-/* Every value PyTorch would reject, named in the message of fn. */
-static int check_config(const char *fn, const tg_encoder_config *c, tg_dtype dtype)
-{
-    if (c->d_model <= 0 || c->nhead <= 0 || c->dim_feedforward <= 0) {
-        tg_fail(TG_ERR_VALUE, "%s: d_model %lld, nhead %lld and dim_feedforward %lld must be "
-                "positive", fn, (long long)c->d_model, (long long)c->nhead,
-                (long long)c->dim_feedforward);
-        return -1;
-    }
-    if (c->d_model % c->nhead != 0) {
-        tg_fail(TG_ERR_VALUE, "%s: d_model %lld is not divisible by nhead %lld", fn,
-                (long long)c->d_model, (long long)c->nhead);
-        return -1;
-    }
-    if (!(c->dropout >= 0 && c->dropout < 1)) {
-        tg_fail(TG_ERR_VALUE, "%s: dropout %g is outside [0, 1)", fn, c->dropout);
-        return -1;
-    }
-    if (!(c->layer_norm_eps > 0)) {
-        tg_fail(TG_ERR_VALUE, "%s: layer_norm_eps %g must be positive", fn, c->layer_norm_eps);
-        return -1;
-    }
-    if (c->activation != TG_ACT_RELU && c->activation != TG_ACT_GELU) {
-        tg_fail(TG_ERR_VALUE, "%s: activation %d is neither TG_ACT_RELU nor TG_ACT_GELU", fn,
-                (int)c->activation);
-        return -1;
-    }
-    if (dtype != TG_FLOAT32 && dtype != TG_FLOAT64) {
-        tg_fail(TG_ERR_DTYPE, "%s: dtype %s is not a float dtype", fn, tg_dtype_name(dtype));
-        return -1;
-    }
-    return 0;
-}
+#include "layer_parts.h"
 
 /* ---- the layer ------------------------------------------------------------ */
 
@@ -49,7 +17,7 @@ tg_encoder_layer *tg_encoder_layer_new(const tg_encoder_config *config, tg_dtype
 {
     TG_CHECK_ARG(config);
     TG_CHECK_ARG(rng);
-    if (check_config("tg_encoder_layer_new", config, dtype) < 0)
+    if (tg__check_layer_config("tg_encoder_layer_new", config, dtype) < 0)
         return NULL;
     tg_encoder_layer *m = calloc(1, sizeof *m);
     if (!m)
@@ -73,13 +41,23 @@ tg_encoder_layer *tg_encoder_layer_new(const tg_encoder_config *config, tg_dtype
     return m;
 }
 
-/* linear2(dropout(activation(linear1(x)))), without the final dropout2. */
-static tg_tensor *feed_forward(const tg_encoder_layer *m, const tg_tensor *x,
-                               const tg_dropout_module *drop)
+/* The two sublayers, for tg__residual. */
+typedef struct {
+    const tg_encoder_layer *m;
+    const tg_mha_options *opts;
+    const tg_dropout_module *drop;
+} sublayer_ctx;
+
+static tg_tensor *self_attention(const void *ctx, const tg_tensor *x)
 {
-    tg_tensor *h = tg_linear_forward(m->linear1, x); /* [B, T, dff] */
-    h = m->config.activation == TG_ACT_GELU ? tg_gelu(h, TG_GELU_ERF) : tg_relu(h);
-    return tg_linear_forward(m->linear2, tg_dropout_module_forward(drop, h)); /* [B, T, d] */
+    const sublayer_ctx *c = ctx;
+    return tg_mha_forward(c->m->self_attn, x, x, x, c->opts, NULL);
+}
+
+static tg_tensor *feed_forward(const void *ctx, const tg_tensor *x)
+{
+    const sublayer_ctx *c = ctx;
+    return tg__feed_forward(c->m->linear1, c->m->linear2, c->m->config.activation, x, c->drop);
 }
 
 /* src [B, T, d] (or unbatched [T, d]) -> the same shape */
@@ -98,71 +76,12 @@ tg_tensor *tg_encoder_layer_forward(const tg_encoder_layer *m, const tg_tensor *
     tg_mha_options opts = {.attn_mask = src_mask, .key_padding_mask = src_key_padding_mask};
     /* dropout1, dropout (inside the feed-forward) and dropout2 share p and rng. */
     tg_dropout_module drop = {m->config.dropout, m->train, m->rng};
+    sublayer_ctx c = {m, &opts, &drop};
+    bool nf = m->config.norm_first;
     tg_scope_begin();
-    tg_tensor *x = (tg_tensor *)src; /* borrowed until the first op replaces it */
-    if (m->config.norm_first) {
-        const tg_tensor *h = tg_layer_norm_module_forward(m->norm1, x);
-        const tg_tensor *a = tg_mha_forward(m->self_attn, h, h, h, &opts, NULL);
-        x = tg_add(x, tg_dropout_module_forward(&drop, a));
-        h = tg_layer_norm_module_forward(m->norm2, x);
-        x = tg_add(x, tg_dropout_module_forward(&drop, feed_forward(m, h, &drop)));
-    } else {
-        const tg_tensor *a = tg_mha_forward(m->self_attn, x, x, x, &opts, NULL);
-        x = tg_layer_norm_module_forward(m->norm1, tg_add(x, tg_dropout_module_forward(&drop, a)));
-        tg_tensor *ff = tg_dropout_module_forward(&drop, feed_forward(m, x, &drop));
-        x = tg_layer_norm_module_forward(m->norm2, tg_add(x, ff));
-    }
+    tg_tensor *x = tg__residual(nf, m->norm1, &drop, src, self_attention, &c);
+    x = x ? tg__residual(nf, m->norm2, &drop, x, feed_forward, &c) : NULL;
     return tg_scope_end_keep(x);
-}
-
-/* Takes back every entry past count, so a failed _params call adds nothing. */
-static void truncate_params(tg_params *ps, int count)
-{
-    while (ps->count > count) {
-        ps->count--;
-        free(ps->names[ps->count]);
-        tg_release(ps->tensors[ps->count]);
-    }
-}
-
-/* "prefix.name" (just name without a prefix) in a malloc'd string, or NULL. */
-static char *sub_prefix(const char *prefix, const char *name)
-{
-    size_t lp = prefix ? strlen(prefix) : 0, ln = strlen(name);
-    char *s = malloc(lp + ln + 2);
-    if (!s) {
-        tg_fail(TG_ERR_NOMEM, "tg_encoder_params: out of memory for the name \"%s\"", name);
-        return NULL;
-    }
-    if (lp) {
-        memcpy(s, prefix, lp);
-        s[lp++] = '.';
-    }
-    memcpy(s + lp, name, ln + 1);
-    return s;
-}
-
-/* Adds the parameters of one sub-module under prefix.name. */
-static int add_part(const char *prefix, const char *name, tg_params *ps,
-                    int (*add)(const void *, const char *, tg_params *), const void *part)
-{
-    char *p = sub_prefix(prefix, name);
-    int rc = p ? add(part, p, ps) : -1;
-    free(p);
-    return rc;
-}
-
-static int add_mha(const void *m, const char *p, tg_params *ps)
-{
-    return tg_mha_params(m, p, ps);
-}
-static int add_linear(const void *m, const char *p, tg_params *ps)
-{
-    return tg_linear_params(m, p, ps);
-}
-static int add_norm(const void *m, const char *p, tg_params *ps)
-{
-    return tg_layer_norm_module_params(m, p, ps);
 }
 
 int tg_encoder_layer_params(const tg_encoder_layer *m, const char *prefix, tg_params *ps)
@@ -171,12 +90,12 @@ int tg_encoder_layer_params(const tg_encoder_layer *m, const char *prefix, tg_pa
     TG_CHECK_ARG_STATUS(ps);
     int start = ps->count;
     /* The order of PyTorch's state_dict: modules in construction order. */
-    if (add_part(prefix, "self_attn", ps, add_mha, m->self_attn) < 0 ||
-        add_part(prefix, "linear1", ps, add_linear, m->linear1) < 0 ||
-        add_part(prefix, "linear2", ps, add_linear, m->linear2) < 0 ||
-        add_part(prefix, "norm1", ps, add_norm, m->norm1) < 0 ||
-        add_part(prefix, "norm2", ps, add_norm, m->norm2) < 0) {
-        truncate_params(ps, start);
+    if (tg__add_mha(prefix, "self_attn", m->self_attn, ps) < 0 ||
+        tg__add_linear(prefix, "linear1", m->linear1, ps) < 0 ||
+        tg__add_linear(prefix, "linear2", m->linear2, ps) < 0 ||
+        tg__add_norm(prefix, "norm1", m->norm1, ps) < 0 ||
+        tg__add_norm(prefix, "norm2", m->norm2, ps) < 0) {
+        tg_params_truncate(ps, start);
         return -1;
     }
     return 0;
@@ -187,8 +106,7 @@ void tg_encoder_layer_set_train(tg_encoder_layer *m, bool train)
     if (!m)
         return;
     m->train = train;
-    if (m->self_attn)
-        m->self_attn->train = train;
+    tg_mha_set_train(m->self_attn, train);
 }
 
 void tg_encoder_layer_free(tg_encoder_layer *m)
@@ -210,7 +128,7 @@ tg_encoder *tg_encoder_new(const tg_encoder_config *layer, int num_layers, bool 
 {
     TG_CHECK_ARG(layer);
     TG_CHECK_ARG(rng);
-    if (check_config("tg_encoder_new", layer, dtype) < 0)
+    if (tg__check_layer_config("tg_encoder_new", layer, dtype) < 0)
         return NULL;
     if (num_layers < 1)
         return tg_fail(TG_ERR_VALUE, "tg_encoder_new: num_layers %d must be at least 1",
@@ -259,26 +177,16 @@ tg_tensor *tg_encoder_forward(const tg_encoder *m, const tg_tensor *src, const t
     return tg_scope_end_keep(x);
 }
 
+static int add_layer(const void *stack, int i, const char *prefix, tg_params *ps)
+{
+    return tg_encoder_layer_params(((const tg_encoder *)stack)->layers[i], prefix, ps);
+}
+
 int tg_encoder_params(const tg_encoder *m, const char *prefix, tg_params *ps)
 {
     TG_CHECK_ARG_STATUS(m);
     TG_CHECK_ARG_STATUS(ps);
-    int start = ps->count;
-    char *layers = sub_prefix(prefix, "layers");
-    int rc = layers ? 0 : -1;
-    for (int i = 0; rc == 0 && i < m->num_layers; i++) {
-        char idx[24];
-        snprintf(idx, sizeof idx, "%d", i);
-        char *p = sub_prefix(layers, idx);
-        rc = p ? tg_encoder_layer_params(m->layers[i], p, ps) : -1;
-        free(p);
-    }
-    free(layers);
-    if (rc == 0 && m->norm)
-        rc = add_part(prefix, "norm", ps, add_norm, m->norm);
-    if (rc < 0)
-        truncate_params(ps, start);
-    return rc;
+    return tg__add_stack(prefix, m, m->num_layers, add_layer, m->norm, ps);
 }
 
 void tg_encoder_set_train(tg_encoder *m, bool train)

@@ -465,7 +465,7 @@ static tg_tensor *mha_fn(tg_tensor *const *in, int n, void *ctx)
     (void)n;
     const grad_ctx *c = ctx;
     tg_linear out_proj = {E, E, in[5], in[6]};
-    tg_mha m = {E, H, E / H, 0, false, NULL, in[3], in[4], &out_proj};
+    tg_mha m = {E, H, E / H, 0, false, NULL, in[3], in[4], &out_proj, E, E, NULL, NULL, NULL};
     tg_scope_begin();
     tg_tensor *w = NULL, *o = tg_mha_forward(&m, in[0], in[1], in[2], &c->opts,
                                               c->weights ? &w : NULL);
@@ -627,7 +627,7 @@ START_TEST(mha_rejects_a_module_whose_tensors_do_not_fit)
     tg_tensor *w = tg_zeros(TG_FLOAT64, 2, SHAPE(E, E)), *b = tg_zeros(TG_FLOAT64, 1, SHAPE(E));
     tg_tensor *w3 = tg_zeros(TG_FLOAT64, 2, SHAPE(3 * E, E));
     tg_linear out_proj = {E, E, w, b};
-    tg_mha m = {E, H, E / H, 0, false, NULL, w, NULL, &out_proj};
+    tg_mha m = {E, H, E / H, 0, false, NULL, w, NULL, &out_proj, E, E, NULL, NULL, NULL};
     ck_assert_forward_fails(&m, x.q, x.k, x.v, NULL, TG_ERR_SHAPE, "in_proj_weight", "[8,8]");
     m.in_proj_weight = w3;
     m.in_proj_bias = b;

@@ -1,6 +1,7 @@
 /* Parity with PyTorch: each test loads a fixture written by
- * tests/fixtures/gen_fixtures.py (torch's parameters, inputs, outputs and
- * gradients), runs the same module here in float32 and compares. */
+ * tests/fixtures/gen_fixtures.py or transformer_reference.py (torch's
+ * parameters, inputs, outputs and gradients), runs the same module here in
+ * float32 and compares. */
 #include <limits.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -285,6 +286,152 @@ START_TEST(encoder_two_layers_with_final_norm_matches_torch)
 }
 END_TEST
 
+/* ---- the encoder-decoder (tests/fixtures/transformer_reference.py) ---------------------- */
+
+/* The module's parameter names come in the order of torch's state_dict (the
+ * fixture's param.* entries), so each side's file loads into the other. */
+static void assert_state_dict_order(const tg_params *fx, const tg_params *ps)
+{
+    int k = 0;
+    for (int i = 0; i < fx->count; i++)
+        if (starts_with(fx->names[i], "param.")) {
+            ck_assert_int_lt(k, ps->count);
+            ck_assert_str_eq(ps->names[k], fx->names[i] + 6);
+            k++;
+        }
+    ck_assert_int_eq(k, ps->count);
+}
+
+START_TEST(mha_with_kdim_and_vdim_matches_torch)
+{
+    tg_params fx = {0}, ps = {0};
+    load_fixture("mha_kv", &fx);
+    inputs_require_grad(&fx);
+    tg_rng *rng = tg_rng_new(1);
+    tg_mha *m = tg_mha_new_kv(8, 2, 5, 3, 0.0, true, TG_FLOAT32, rng);
+    ck_assert_msg(m != NULL, "tg_mha_new_kv: %s", tg_error_message());
+    ck_assert_int_eq(tg_mha_params(m, NULL, &ps), 0);
+    assert_state_dict_order(&fx, &ps);
+    copy_params(&fx, &ps);
+    tg_mha_options o = {.key_padding_mask = need(&fx, "input.", "key_padding_mask")};
+    tg_tensor *out = tg_mha_forward(m, need(&fx, "input.", "query"), need(&fx, "input.", "key"),
+                                    need(&fx, "input.", "value"), &o, NULL);
+    ck_assert_msg(out != NULL, "tg_mha_forward: %s", tg_error_message());
+    check_outputs_and_grads(&fx, &ps, 1, (const char *const[]){"out"}, &out);
+    tg_release(out);
+    tg_params_clear(&ps);
+    tg_mha_free(m);
+    tg_rng_free(rng);
+    tg_params_clear(&fx);
+}
+END_TEST
+
+static const tg_decoder_config *decoder_config(tg_activation act, bool norm_first)
+{
+    static tg_decoder_config c;
+    c = (tg_decoder_config){.d_model = 8, .nhead = 2, .dim_feedforward = 16, .dropout = 0.0,
+                            .layer_norm_eps = 1e-5, .activation = act, .norm_first = norm_first};
+    return &c;
+}
+
+/* The decoder's masks as the fixture has them (absent ones NULL). */
+static tg_decoder_masks fixture_masks(const tg_params *fx)
+{
+    return (tg_decoder_masks){
+        .tgt_mask = entry(fx, "input.", "tgt_mask"),
+        .memory_mask = entry(fx, "input.", "memory_mask"),
+        .tgt_key_padding_mask = entry(fx, "input.", "tgt_key_padding_mask"),
+        .memory_key_padding_mask = entry(fx, "input.", "memory_key_padding_mask"),
+    };
+}
+
+/* A decoder layer (layers 0) or a decoder of that many layers with its final norm. */
+static void run_decoder(const char *fixture, tg_activation act, bool norm_first, int layers)
+{
+    tg_params fx = {0}, ps = {0};
+    load_fixture(fixture, &fx);
+    inputs_require_grad(&fx);
+    tg_rng *rng = tg_rng_new(2);
+    tg_decoder_layer *l = NULL;
+    tg_decoder *d = NULL;
+    if (layers == 0) {
+        l = tg_decoder_layer_new(decoder_config(act, norm_first), TG_FLOAT32, rng);
+        ck_assert_msg(l != NULL, "tg_decoder_layer_new: %s", tg_error_message());
+        ck_assert_int_eq(tg_decoder_layer_params(l, NULL, &ps), 0);
+    } else {
+        d = tg_decoder_new(decoder_config(act, norm_first), layers, true, TG_FLOAT32, rng);
+        ck_assert_msg(d != NULL, "tg_decoder_new: %s", tg_error_message());
+        ck_assert_int_eq(tg_decoder_params(d, NULL, &ps), 0);
+    }
+    assert_state_dict_order(&fx, &ps);
+    copy_params(&fx, &ps);
+    tg_decoder_masks k = fixture_masks(&fx);
+    tg_tensor *tgt = need(&fx, "input.", "tgt"), *mem = need(&fx, "input.", "memory");
+    tg_tensor *out = l ? tg_decoder_layer_forward(l, tgt, mem, &k) : tg_decoder_forward(d, tgt, mem, &k);
+    ck_assert_msg(out != NULL, "decoder forward: %s", tg_error_message());
+    check_outputs_and_grads(&fx, &ps, 1, (const char *const[]){"out"}, &out);
+    tg_release(out);
+    tg_params_clear(&ps);
+    tg_decoder_layer_free(l);
+    tg_decoder_free(d);
+    tg_rng_free(rng);
+    tg_params_clear(&fx);
+}
+
+/* float additive tgt mask, both padding masks, a bool memory mask */
+START_TEST(decoder_layer_post_norm_relu_with_every_mask_matches_torch)
+{
+    run_decoder("decoder_post_relu", TG_ACT_RELU, false, 0);
+}
+END_TEST
+
+/* bool causal tgt mask, padded memory */
+START_TEST(decoder_layer_pre_norm_gelu_with_causal_mask_matches_torch)
+{
+    run_decoder("decoder_pre_gelu", TG_ACT_GELU, true, 0);
+}
+END_TEST
+
+START_TEST(decoder_two_layers_with_final_norm_matches_torch)
+{
+    run_decoder("decoder_stack", TG_ACT_RELU, false, 2);
+}
+END_TEST
+
+START_TEST(transformer_with_padded_source_and_target_matches_torch)
+{
+    tg_params fx = {0}, ps = {0};
+    load_fixture("transformer", &fx);
+    inputs_require_grad(&fx);
+    tg_rng *rng = tg_rng_new(3);
+    tg_transformer_config c = {.d_model = 8, .nhead = 2, .dim_feedforward = 16,
+                               .num_encoder_layers = 2, .num_decoder_layers = 2,
+                               .dropout = 0.0, .layer_norm_eps = 1e-5,
+                               .activation = TG_ACT_RELU};
+    tg_transformer *m = tg_transformer_new(&c, TG_FLOAT32, rng);
+    ck_assert_msg(m != NULL, "tg_transformer_new: %s", tg_error_message());
+    ck_assert_int_eq(tg_transformer_params(m, NULL, &ps), 0);
+    assert_state_dict_order(&fx, &ps);
+    copy_params(&fx, &ps);
+    tg_tensor *pad = need(&fx, "input.", "src_key_padding_mask");
+    tg_transformer_masks k = {
+        .src_key_padding_mask = pad,
+        .tgt = {.tgt_mask = need(&fx, "input.", "tgt_mask"),
+                .tgt_key_padding_mask = need(&fx, "input.", "tgt_key_padding_mask"),
+                .memory_key_padding_mask = pad},
+    };
+    tg_tensor *out = tg_transformer_forward(m, need(&fx, "input.", "src"),
+                                            need(&fx, "input.", "tgt"), &k);
+    ck_assert_msg(out != NULL, "tg_transformer_forward: %s", tg_error_message());
+    check_outputs_and_grads(&fx, &ps, 1, (const char *const[]){"out"}, &out);
+    tg_release(out);
+    tg_params_clear(&ps);
+    tg_transformer_free(m);
+    tg_rng_free(rng);
+    tg_params_clear(&fx);
+}
+END_TEST
+
 /* ---- GPT ------------------------------------------------------------------------------ */
 
 /* Loads a GPT fixture into the tiny GPT here and compares logits and loss,
@@ -387,6 +534,13 @@ static Suite *parity_suite(void)
     tcase_add_test(enc, encoder_layer_pre_norm_gelu_with_causal_mask_matches_torch);
     tcase_add_test(enc, encoder_two_layers_with_final_norm_matches_torch);
     suite_add_tcase(s, enc);
+    TCase *ed = tcase_checked("encoder_decoder");
+    tcase_add_test(ed, mha_with_kdim_and_vdim_matches_torch);
+    tcase_add_test(ed, decoder_layer_post_norm_relu_with_every_mask_matches_torch);
+    tcase_add_test(ed, decoder_layer_pre_norm_gelu_with_causal_mask_matches_torch);
+    tcase_add_test(ed, decoder_two_layers_with_final_norm_matches_torch);
+    tcase_add_test(ed, transformer_with_padded_source_and_target_matches_torch);
+    suite_add_tcase(s, ed);
     TCase *gpt = tcase_checked("gpt");
     tcase_add_test(gpt, gpt_logits_loss_and_grads_match_torch);
     tcase_add_test(gpt, gpt_trained_in_torch_gives_the_same_logits_here);

@@ -140,17 +140,23 @@ TG_API tg_tensor *tg_scaled_dot_product_attention(const tg_tensor *q, const tg_t
                                                   double dropout_p, bool is_causal, double scale,
                                                   tg_rng *rng, tg_tensor **weights);
 
-/* torch.nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first=True).
- * Parameter names: in_proj_weight [3E, E], in_proj_bias [3E], out_proj.weight
- * [E, E], out_proj.bias [E]. Init as PyTorch: xavier_uniform in_proj_weight,
- * zero biases, out_proj.weight like Linear. */
+/* torch.nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first=True,
+ * kdim, vdim). Parameter names: in_proj_weight [3E, E], in_proj_bias [3E],
+ * out_proj.weight [E, E], out_proj.bias [E]. Keys and values of other widths
+ * (kdim or vdim != E) have q_proj_weight [E, E], k_proj_weight [E, kdim],
+ * v_proj_weight [E, vdim] in place of in_proj_weight, in that order before
+ * in_proj_bias, as PyTorch names them. Init as PyTorch: xavier_uniform
+ * projection weights, zero biases, out_proj.weight like Linear. */
 typedef struct {
     int64_t embed_dim, num_heads, head_dim;
     double dropout;
     bool train;        /* dropout on the attention weights only when true */
     tg_rng *rng;       /* borrowed, for dropout */
-    tg_tensor *in_proj_weight, *in_proj_bias; /* bias NULL without bias */
+    tg_tensor *in_proj_weight, *in_proj_bias; /* bias NULL without bias; weight NULL when
+                                                 the three below are used */
     tg_linear *out_proj;
+    int64_t kdim, vdim; /* widths of key and value; 0 (a struct built by hand) means E */
+    tg_tensor *q_proj_weight, *k_proj_weight, *v_proj_weight; /* NULL with in_proj_weight */
 } tg_mha;
 
 typedef struct {
@@ -169,8 +175,19 @@ typedef struct {
  * [0, 1), is TG_ERR_VALUE. */
 TG_API tg_mha *tg_mha_new(int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
                           tg_dtype dtype, tg_rng *rng);
-/* query [B, L, E], key and value [B, S, E] (or unbatched [L, E], [S, E], with
- * key_padding_mask [S]) -> [B, L, E]. opts may be NULL (no masks, no
+/* MultiheadAttention with keys/values of other widths (PyTorch's kdim/vdim).
+ * With kdim == vdim == embed_dim this is tg_mha_new (packed in_proj_weight
+ * [3E, E]); otherwise the parameters are q_proj_weight [E, E], k_proj_weight
+ * [E, kdim], v_proj_weight [E, vdim] (drawn from rng in that order, each
+ * xavier_uniform), in_proj_bias [3E] (when bias), out_proj.* -- PyTorch's
+ * names and state_dict order for that case. kdim or vdim < 1 is
+ * TG_ERR_VALUE; other errors as tg_mha_new. */
+TG_API tg_mha *tg_mha_new_kv(int64_t embed_dim, int64_t num_heads, int64_t kdim, int64_t vdim,
+                             double dropout, bool bias, tg_dtype dtype, tg_rng *rng);
+/* Training (dropout on the weights) or evaluation. NULL: no-op. */
+TG_API void tg_mha_set_train(tg_mha *m, bool train);
+/* query [B, L, E], key [B, S, kdim] and value [B, S, vdim] (or unbatched [L, E],
+ * [S, kdim], [S, vdim], with key_padding_mask [S]) -> [B, L, E]. opts may be NULL (no masks, no
  * weights). attn_mask and key_padding_mask combine: a key either masks is
  * masked. When opts->need_weights and weights is not NULL, *weights receives
  * the attention weights (after dropout, as PyTorch). A query whose every key
@@ -245,6 +262,118 @@ TG_API tg_tensor *tg_encoder_forward(const tg_encoder *m, const tg_tensor *src,
 TG_API int tg_encoder_params(const tg_encoder *m, const char *prefix, tg_params *ps);
 TG_API void tg_encoder_set_train(tg_encoder *m, bool train);
 TG_API void tg_encoder_free(tg_encoder *m);
+
+/* ---- Transformer decoder and nn.Transformer (nn/decoder.c, nn/transformer.c) ------ */
+
+/* torch.nn.TransformerDecoderLayer(d_model, nhead, dim_feedforward, dropout,
+ * activation, layer_norm_eps, batch_first=True, norm_first): the same config
+ * struct as the encoder layer, with the same checks. */
+typedef tg_encoder_config tg_decoder_config;
+
+/* The decoder's masks; a zeroed struct (or NULL) is no mask. Bool masks are
+ * true where attention is not allowed, float masks are added to the scores
+ * (any float dtype). */
+typedef struct {
+    const tg_tensor *tgt_mask;                /* [T, T]: bool (true = not allowed) or float (added); NULL */
+    const tg_tensor *memory_mask;             /* [T, S]: likewise; NULL */
+    const tg_tensor *tgt_key_padding_mask;    /* [B, T]: bool (true = ignore) or float; NULL */
+    const tg_tensor *memory_key_padding_mask; /* [B, S]; NULL */
+    bool tgt_is_causal;                       /* mask the future when tgt_mask is NULL */
+} tg_decoder_masks;
+
+/* Names (PyTorch's state_dict order): self_attn.*, multihead_attn.*,
+ * linear1.*, linear2.*, norm1.*, norm2.*, norm3.*. _new draws self_attn,
+ * multihead_attn (each as tg_mha_new), linear1, linear2 from rng; the norms
+ * start as ones and zeros. A new layer is in training mode: dropout1/2/3,
+ * the feed-forward's dropout and both attentions' dropout draw from rng
+ * while train is set. A bad config is NULL with TG_ERR_VALUE (or
+ * TG_ERR_DTYPE for the dtype), as tg_encoder_layer_new. */
+typedef struct {
+    tg_decoder_config config;
+    bool train;
+    tg_rng *rng;                 /* borrowed, for dropout */
+    tg_mha *self_attn, *multihead_attn;
+    tg_linear *linear1, *linear2;
+    tg_layer_norm_module *norm1, *norm2, *norm3;
+} tg_decoder_layer;
+
+TG_API tg_decoder_layer *tg_decoder_layer_new(const tg_decoder_config *config, tg_dtype dtype,
+                                              tg_rng *rng);
+/* tgt [B, T, d], memory [B, S, d] (or unbatched [T, d], [S, d], with
+ * padding masks [T] and [S]) -> [B, T, d]; masks may be NULL. Post-norm:
+ * x = norm1(x + sa(x)), x = norm2(x + ca(x, memory)), x = norm3(x + ff(x));
+ * norm_first: x = x + sa(norm1(x)), x = x + ca(norm2(x), memory),
+ * x = x + ff(norm3(x)). A target position whose every memory key is masked
+ * (a fully padded source row) gets zero cross-attention weights, so that
+ * sublayer gives multihead_attn.out_proj.bias there, not NaN (PyTorch gives
+ * NaN). Errors, naming the tensors and shapes: memory of another width,
+ * batch or dtype than tgt, or either not [B, *, d] / [*, d]: TG_ERR_SHAPE
+ * (TG_ERR_DTYPE for the dtype); a mask of the wrong shape: TG_ERR_SHAPE; a
+ * mask neither bool nor float: TG_ERR_DTYPE. */
+TG_API tg_tensor *tg_decoder_layer_forward(const tg_decoder_layer *m, const tg_tensor *tgt,
+                                           const tg_tensor *memory, const tg_decoder_masks *masks);
+TG_API int tg_decoder_layer_params(const tg_decoder_layer *m, const char *prefix, tg_params *ps);
+TG_API void tg_decoder_layer_set_train(tg_decoder_layer *m, bool train);
+TG_API void tg_decoder_layer_free(tg_decoder_layer *m);
+
+/* torch.nn.TransformerDecoder: "layers.N.*" (each drawn from rng in turn;
+ * unlike PyTorch's clones they start different) then an optional final
+ * LayerNorm "norm.*". num_layers < 1 is TG_ERR_VALUE. Forward runs every
+ * layer with the same memory and masks, then the norm. */
+typedef struct {
+    int num_layers;
+    tg_decoder_layer **layers;
+    tg_layer_norm_module *norm; /* NULL without a final norm */
+} tg_decoder;
+TG_API tg_decoder *tg_decoder_new(const tg_decoder_config *layer, int num_layers, bool final_norm,
+                                  tg_dtype dtype, tg_rng *rng);
+TG_API tg_tensor *tg_decoder_forward(const tg_decoder *m, const tg_tensor *tgt,
+                                     const tg_tensor *memory, const tg_decoder_masks *masks);
+TG_API int tg_decoder_params(const tg_decoder *m, const char *prefix, tg_params *ps);
+TG_API void tg_decoder_set_train(tg_decoder *m, bool train);
+TG_API void tg_decoder_free(tg_decoder *m);
+
+/* torch.nn.Transformer(d_model, nhead, num_encoder_layers, num_decoder_layers,
+ * dim_feedforward, dropout, activation, layer_norm_eps, batch_first=True,
+ * norm_first): encoder.* (with encoder.norm.*) and decoder.* (with
+ * decoder.norm.*), both final norms always present as in PyTorch. _new
+ * builds the encoder then the decoder from rng, then, as PyTorch's
+ * _reset_parameters, redraws every parameter of two or more dims from
+ * xavier_uniform, in state_dict order. */
+typedef struct {
+    int64_t d_model, nhead, dim_feedforward;
+    int num_encoder_layers, num_decoder_layers;
+    double dropout, layer_norm_eps;
+    tg_activation activation;
+    bool norm_first;
+} tg_transformer_config;
+typedef struct {
+    tg_transformer_config config;
+    tg_encoder *encoder;
+    tg_decoder *decoder;
+} tg_transformer;
+typedef struct {
+    const tg_tensor *src_mask;                /* [S, S]; NULL */
+    const tg_tensor *src_key_padding_mask;    /* [B, S]; NULL */
+    tg_decoder_masks tgt;                     /* memory_key_padding_mask usually = src_key_padding_mask */
+} tg_transformer_masks;
+/* A bad config as tg_decoder_layer_new, or num_encoder_layers /
+ * num_decoder_layers < 1: NULL with TG_ERR_VALUE. */
+TG_API tg_transformer *tg_transformer_new(const tg_transformer_config *config, tg_dtype dtype,
+                                          tg_rng *rng);
+/* src [B, S, d], tgt [B, T, d] -> [B, T, d] (inputs are already embedded, as
+ * in PyTorch): memory = encoder(src, src_mask, src_key_padding_mask), then
+ * decoder(tgt, memory, masks->tgt). masks may be NULL. src and tgt of other
+ * batch sizes or widths: TG_ERR_SHAPE. */
+TG_API tg_tensor *tg_transformer_forward(const tg_transformer *m, const tg_tensor *src,
+                                         const tg_tensor *tgt, const tg_transformer_masks *masks);
+TG_API int tg_transformer_params(const tg_transformer *m, const char *prefix, tg_params *ps);
+TG_API void tg_transformer_set_train(tg_transformer *m, bool train);
+TG_API void tg_transformer_free(tg_transformer *m);
+/* Transformer.generate_square_subsequent_mask(n): float [n, n], 0 on and
+ * below the diagonal and -inf above (dtype TG_FLOAT32/64); with TG_BOOL,
+ * true above the diagonal. n < 1: TG_ERR_VALUE; int64: TG_ERR_DTYPE. */
+TG_API tg_tensor *tg_square_subsequent_mask(int64_t n, tg_dtype dtype);
 
 /* ---- GPT (nn/gpt.c) ------------------------------------------------------------- */
 
