@@ -1,7 +1,6 @@
 /* nn.TransformerDecoderLayer and nn.TransformerDecoder (batch_first=True):
- * masked self-attention over the target, cross-attention from the target to
- * the encoder's memory, and a feed-forward block, each in a residual and a
- * LayerNorm (after the residual, or before the block with norm_first). */
+ * self-attention over the target, cross-attention to the encoder's memory and
+ * a feed-forward block, each in a residual and a LayerNorm (pre or post). */
 #include <stdlib.h>
 
 #include <tensorgrad/module.h>

@@ -35,6 +35,8 @@ static int reset_parameters(tg_transformer *m, tg_rng *rng)
         return -1;
     bool was = tg_set_grad_enabled(false);
     int rc = 0;
+    /* The draws belong to this scope, not to one the caller may have open. */
+    tg_scope_begin();
     for (int i = 0; rc == 0 && i < ps.count; i++) {
         tg_tensor *p = ps.tensors[i];
         if (tg_ndim(p) < 2)
@@ -42,8 +44,8 @@ static int reset_parameters(tg_transformer *m, tg_rng *rng)
         double a = sqrt(6.0 / (double)(tg_shape(p)[0] + tg_shape(p)[1]));
         tg_tensor *u = tg_uniform(rng, tg_dtype_of(p), tg_ndim(p), tg_shape(p), -a, a);
         rc = u ? tg_copy_from(p, tg_dtype_of(p), tg_data_const(u), tg_numel(p)) : -1;
-        tg_release(u);
     }
+    tg_scope_end();
     tg_set_grad_enabled(was);
     tg_params_clear(&ps);
     return rc;
