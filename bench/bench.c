@@ -471,6 +471,61 @@ static int bench_llama_generate(int threads)
     return 0;
 }
 
+/* ---- seq2seq: torch.nn.Transformer's training step ------------------------------------ */
+
+/* d_model 256, 4 heads, 3 encoder and 3 decoder layers, feed-forward 1024,
+ * dropout 0.1 (nn.Transformer's defaults but the sizes), batch 16, source
+ * and target 64 positions already embedded, a causal target mask, MSE
+ * against a random target: bench/torch_seq2seq.py's step. */
+typedef struct {
+    tg_transformer *tr;
+    const tg_tensor *src;
+} seq2seq_model;
+
+static tg_tensor *seq2seq_loss(void *model, const tg_tensor *tgt, const tg_tensor *target)
+{
+    const seq2seq_model *m = model;
+    tg_transformer_masks masks = {.tgt = {.tgt_is_causal = true}};
+    return tg_mse_loss(tg_transformer_forward(m->tr, m->src, tgt, &masks), target);
+}
+
+static int bench_seq2seq(int threads)
+{
+    enum { B = 16, S = 64, T = 64, D = 256 };
+    const tg_transformer_config cfg = {.d_model = D, .nhead = 4, .dim_feedforward = 1024,
+                                       .num_encoder_layers = 3, .num_decoder_layers = 3,
+                                       .dropout = 0.1, .layer_norm_eps = 1e-5,
+                                       .activation = TG_ACT_RELU, .norm_first = false};
+    int64_t b = quick ? 2 : B, s = quick ? 8 : S, t = quick ? 8 : T;
+    tg_rng *rng = tg_rng_new(0);
+    tg_transformer *tr = tg_transformer_new(&cfg, TG_FLOAT32, rng);
+    tg_params ps = {0};
+    tg_optim *opt = NULL;
+    tg_tensor *src = tg_randn(rng, TG_FLOAT32, 3, (int64_t[]){b, s, D});
+    tg_tensor *tgt = tg_randn(rng, TG_FLOAT32, 3, (int64_t[]){b, t, D});
+    tg_tensor *target = tg_randn(rng, TG_FLOAT32, 3, (int64_t[]){b, t, D});
+    double dt = -1;
+    if (tr && src && tgt && target && tg_transformer_params(tr, NULL, &ps) == 0 &&
+        (opt = tg_adamw_new(&ps, 1e-3, 0.9, 0.999, 1e-8, 0.01)) != NULL) {
+        seq2seq_model m = {tr, src};
+        step_ctx c = {&m, seq2seq_loss, tgt, target, opt};
+        dt = quick ? timed(train_step, &c, 1, 1) : timed(train_step, &c, 2, 5);
+    }
+    tg_optim_free(opt);
+    tg_params_clear(&ps);
+    tg_release(src);
+    tg_release(tgt);
+    tg_release(target);
+    tg_transformer_free(tr);
+    tg_rng_free(rng);
+    if (dt < 0)
+        return fail("seq2seq");
+    char extra[64];
+    snprintf(extra, sizeof extra, "\"tokens_per_s\": %.1f", (double)(b * (s + t)) / dt);
+    emit("seq2seq", threads, NULL, "train_step", dt * 1e3, 2, "ms", extra);
+    return 0;
+}
+
 /* ---- command line ------------------------------------------------------------------ */
 
 static int run_gpt_small(int threads) { return bench_gpt(&gpt_small, threads); }
@@ -483,6 +538,7 @@ static const struct {
     {"matmul", bench_matmul},       {"attn-toy", bench_attn_toy},     {"encoder", bench_encoder},
     {"gpt-small", run_gpt_small},   {"gpt-medium", run_gpt_medium},   {"generate", bench_generate},
     {"llama-medium", bench_llama},  {"llama-generate", bench_llama_generate},
+    {"seq2seq", bench_seq2seq},
 };
 enum { NBENCH = sizeof benches / sizeof benches[0] };
 

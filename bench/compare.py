@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Runs tensorgrad's benchmark (bench/bench.c) and the PyTorch reference
-(../shared/bench/torch_ref.py; bench/torch_llama.py for the llama-* configs)
+(../shared/bench/torch_ref.py; bench/torch_llama.py for the llama-* configs,
+bench/torch_seq2seq.py for seq2seq)
 alternately, several rounds in one session, and prints a markdown table: the
 best result per config per side, and the ratio.
 
@@ -18,8 +19,9 @@ Peak RSS is the lowest seen for gpt-medium over those runs.
 import argparse, datetime, json, os, pathlib, platform, subprocess, sys
 
 CONFIGS = ["matmul", "attn-toy", "encoder", "gpt-small", "gpt-medium", "generate",
-           "llama-medium", "llama-generate"]
+           "llama-medium", "llama-generate", "seq2seq"]
 LLAMA_CONFIGS = {"llama-medium", "llama-generate"}  # run by bench/torch_llama.py
+SEQ2SEQ_CONFIGS = {"seq2seq"}  # run by bench/torch_seq2seq.py
 HIGHER_IS_BETTER = {"GFLOP/s", "tok/s"}
 DECIMALS = {"GFLOP/s": 1, "tok/s": 1, "ms": 2, "s": 3}
 
@@ -144,6 +146,8 @@ def main():
                     help="configs to run (default: all): " + " ".join(CONFIGS))
     ap.add_argument("--torch-llama", default=str(root / "bench" / "torch_llama.py"),
                     help="PyTorch reference of the llama-* configs (default: bench/torch_llama.py)")
+    ap.add_argument("--torch-seq2seq", default=str(root / "bench" / "torch_seq2seq.py"),
+                    help="PyTorch reference of the seq2seq config (default: bench/torch_seq2seq.py)")
     ap.add_argument("--bf16", action="store_true",
                     help="also run PyTorch's bfloat16 autocast setting (its --bf16)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of both sides (default 3)")
@@ -157,7 +161,7 @@ def main():
     if a.from_raw:
         return report_from_raw(a.from_raw)
     for path, what in ((a.bench, "--bench"), (a.torch_ref, "--torch-ref"),
-                       (a.torch_llama, "--torch-llama")):
+                       (a.torch_llama, "--torch-llama"), (a.torch_seq2seq, "--torch-seq2seq")):
         if not os.path.exists(path):
             ap.error(f"{what} {path}: no such file")
     if a.rounds < 1:
@@ -187,13 +191,15 @@ def main():
 
 def runs(a, t):
     """The processes of one round at t threads: (side, command) pairs."""
-    ref = [c for c in a.configs if c not in LLAMA_CONFIGS]
+    ref = [c for c in a.configs if c not in LLAMA_CONFIGS | SEQ2SEQ_CONFIGS]
     llama = [c for c in a.configs if c in LLAMA_CONFIGS]
+    seq2seq = [c for c in a.configs if c in SEQ2SEQ_CONFIGS]
     out = [("tensorgrad", [a.bench, "--threads", str(t)] + a.configs)]
     for side, extra in (("pytorch", []), ("pytorch-bf16", ["--bf16"])):
         if extra and not a.bf16:
             continue
-        for script, names in ((a.torch_ref, ref), (a.torch_llama, llama)):
+        for script, names in ((a.torch_ref, ref), (a.torch_llama, llama),
+                              (a.torch_seq2seq, seq2seq)):
             if names:
                 out.append((side, ["/usr/bin/python3", script, "--threads", str(t)] + extra + names))
     return out

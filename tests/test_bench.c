@@ -97,6 +97,24 @@ START_TEST(bench_prints_one_json_line_per_config_with_reference_keys)
 }
 END_TEST
 
+/* The seq2seq config prints torch_seq2seq.py's keys: a training step of
+ * tg_transformer, in ms, with its tokens (source and target) a second. */
+START_TEST(bench_seq2seq_prints_a_train_step_line)
+{
+    static char out[1 << 16];
+    ck_assert_int_eq(run_bench("--quick --threads 1 seq2seq", out, sizeof out), 0);
+    static const char *const keys[] = {"config",       "threads", "metric",     "value",
+                                       "unit", "tokens_per_s", "peak_rss_mb"};
+    const char *line = strstr(out, "{\"config\": \"seq2seq\"");
+    ck_assert_msg(line != NULL, "no seq2seq line in:\n%s", out);
+    assert_keys_in_order(line, keys, 7);
+    ck_assert_ptr_nonnull(strstr(line, "\"metric\": \"train_step\", "));
+    ck_assert_ptr_nonnull(strstr(line, "\"unit\": \"ms\""));
+    ck_assert_msg(number_after(line, "value") > 0 && number_after(line, "tokens_per_s") > 0,
+                  "%s", line);
+}
+END_TEST
+
 /* The llama configs print torch_llama.py's keys; generation's line carries
  * the KV cache's bytes, which for 2 kv heads of 6 are a third of the GPT's. */
 START_TEST(bench_llama_configs_print_their_lines_and_cache_bytes)
@@ -155,6 +173,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, bench_prints_one_json_line_per_config_with_reference_keys);
     tcase_add_test(tc, bench_llama_configs_print_their_lines_and_cache_bytes);
+    tcase_add_test(tc, bench_seq2seq_prints_a_train_step_line);
     tcase_add_test(tc, bench_rejects_unknown_config);
     tcase_add_test(tc, bench_rejects_bad_thread_count);
     suite_add_tcase(s, tc);

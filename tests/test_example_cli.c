@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 static const char *const examples[] = {"attention", "attention_walkthrough", "classifier",
-                                       "encoder", "gpt", "toy_attention_lm"};
+                                       "encoder", "gpt", "seq2seq", "toy_attention_lm"};
 enum { N_EXAMPLES = sizeof examples / sizeof examples[0] };
 
 static char dir[64];

@@ -549,6 +549,61 @@ TG_API int tg_llama_generate_each(tg_llama *m, const int64_t *prompt, int64_t pr
                                   void *ctx);
 TG_API void tg_llama_free(tg_llama *m);
 
+/* ---- incremental decoding (nn/decoder_cache.c) ---------------------------------- */
+
+/* Greedy or beam decoding with tg_decoder at one layer step per new token:
+ * per layer, the self-attention keys and values of the target positions
+ * decoded so far, and the cross-attention keys and values projected once
+ * from memory. Inference only: the functions run with grad mode off (their
+ * results have no graph) and apply no dropout, whatever the layers' train
+ * flags. A cache is made for one decoder and usable with it only.
+ *
+ *   tg_decoder_cache *c = tg_decoder_cache_new(dec, beams, max_len);
+ *   tg_decoder_cache_set_memory(c, memory, src_key_padding_mask);
+ *   for (...) {
+ *       tg_tensor *y = tg_decoder_forward_cached(dec, c, embedded); // [beams, 1, d]
+ *       ... pick the next tokens; tg_decoder_cache_select(c, parents, beams);
+ *   }
+ *   tg_decoder_cache_free(c); */
+typedef struct tg_decoder_cache tg_decoder_cache;
+/* Room for batch rows and max_len target positions: 2 * num_layers * batch
+ * * d_model * max_len elements of the decoder's dtype, plus the memory's
+ * keys and values once set. NULL on error: TG_ERR_NULL (m, or a layer
+ * lacking a sub-module), TG_ERR_VALUE (batch or max_len < 1, a size that
+ * overflows), TG_ERR_NOMEM. */
+TG_API tg_decoder_cache *tg_decoder_cache_new(const tg_decoder *m, int64_t batch, int64_t max_len);
+/* memory [batch, S, d] (the encoder's output), memory_key_padding_mask
+ * [batch, S] (bool, true = ignore, or float, added) or NULL: projects each
+ * layer's cross-attention keys and values once and resets the target length
+ * to 0. The cache copies what it keeps: memory and the mask may be released
+ * after the call. A row whose source is all padding attends to nothing: its
+ * cross-attention gives multihead_attn.out_proj.bias (no NaN), as
+ * tg_mha_forward does. 0, or -1 with the cache as it was: TG_ERR_NULL,
+ * TG_ERR_SHAPE (memory not [batch, S >= 1, d_model], the mask not [batch,
+ * S]), TG_ERR_DTYPE (memory not the decoder's dtype, an int64 mask). */
+TG_API int tg_decoder_cache_set_memory(tg_decoder_cache *c, const tg_tensor *memory,
+                                       const tg_tensor *memory_key_padding_mask);
+/* tgt [batch, t, d], the next t target positions (already embedded), at
+ * positions len..len+t-1 (len = tg_decoder_cache_len): causal over the
+ * cached positions and these; returns [batch, t, d], equal (within float
+ * rounding) to the matching rows of tg_decoder_forward over the whole prefix
+ * with a causal mask and the same memory padding mask (in eval mode), and
+ * adds t to len. Errors (NULL, len unchanged): TG_ERR_NULL, TG_ERR_VALUE (c
+ * made for another decoder; len + t > max_len), TG_ERR_STATE (no memory set
+ * yet), TG_ERR_SHAPE (tgt not [batch, t >= 1, d_model]), TG_ERR_DTYPE. */
+TG_API tg_tensor *tg_decoder_forward_cached(const tg_decoder *m, tg_decoder_cache *c,
+                                            const tg_tensor *tgt);
+/* Keep rows[0..n) of the batch, in that order (repeats allowed; n may
+ * differ from the batch, which becomes n): beam search's reorder. The
+ * memory's keys and values and its padding mask are reordered with them.
+ * 0, or -1 with the cache as it was: TG_ERR_NULL, TG_ERR_VALUE (n < 1),
+ * TG_ERR_INDEX (a row outside [0, batch)), TG_ERR_NOMEM. */
+TG_API int tg_decoder_cache_select(tg_decoder_cache *c, const int64_t *rows, int64_t n);
+/* Target positions the cache holds; -1 with TG_ERR_NULL for NULL c. */
+TG_API int64_t tg_decoder_cache_len(const tg_decoder_cache *c);
+/* NULL: no-op. Free the cache before its decoder. */
+TG_API void tg_decoder_cache_free(tg_decoder_cache *c);
+
 /* ---- optimizers (nn/optim.c) ------------------------------------------------- */
 /* PyTorch 1.13's update formulas (torch.optim, foreach=False), computed in
  * the parameter's dtype (float32 results agree with PyTorch's to about one
