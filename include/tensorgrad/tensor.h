@@ -46,6 +46,10 @@ typedef enum {
     TG_BOOL,  /* masks: true means "masked" */
 } tg_dtype;
 
+/* The operands of float32 matrix products: float32 itself, or each rounded
+ * to bfloat16 (nearest-even) with the products summed in float32. */
+typedef enum { TG_PRECISION_FLOAT32 = 0, TG_PRECISION_BF16 = 1 } tg_precision;
+
 /* ---- errors ------------------------------------------------------------ */
 
 typedef enum {
