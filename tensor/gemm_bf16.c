@@ -109,15 +109,34 @@ static bool path_available(enum tg__bf16_path path)
     return path == TG_BF16_CONVERTING || (path == TG_BF16_DPBF16 && tg__gemm_has_dpbf16());
 }
 
-/* vdpbf16ps where the CPU has it, the float32 kernels run AVX-512 (not
- * the portable ones, as under valgrind) and TG_BF16_GEMM=converting does
- * not say otherwise. */
+/* Whether vdpbf16ps outruns the float32 FMAs that the converting path
+ * runs by enough to pay for its packing: the best of three short register
+ * loops each (about 0.1 ms in all), once per process. On AMD Zen 4 and 5 a
+ * vdpbf16ps does twice an FMA's work at the same rate; on this Intel Xeon
+ * (KVM, model 167, with AMX) it ran at half the FMA's 240 GFLOP/s per
+ * core, where the float32 kernel on rounded panels is faster. */
+#define PEAK_ITERS 1000
+static bool dpbf16_pays(void)
+{
+    double fma = 0, dp = 0;
+    for (int i = 0; i < 3; i++) {
+        double f = tg__gemm_peak_gflops(false, PEAK_ITERS), d = tg__gemm_peak_gflops(true, PEAK_ITERS);
+        fma = f > fma ? f : fma;
+        dp = d > dp ? d : dp;
+    }
+    return dp > 1.25 * fma;
+}
+
+/* vdpbf16ps where the CPU has it and it pays, the float32 kernels run
+ * AVX-512 (not the portable ones, as under valgrind) and
+ * TG_BF16_GEMM=converting does not say otherwise. */
 static enum tg__bf16_path best_path(void)
 {
     const char *env = getenv("TG_BF16_GEMM");
     if (env && strcmp(env, "converting") == 0)
         return TG_BF16_CONVERTING;
-    return tg__gemm_isa_in_use() == TG_GEMM_ISA_AVX512 && path_available(TG_BF16_DPBF16)
+    return tg__gemm_isa_in_use() == TG_GEMM_ISA_AVX512 && path_available(TG_BF16_DPBF16) &&
+                   dpbf16_pays()
                ? TG_BF16_DPBF16
                : TG_BF16_CONVERTING;
 }

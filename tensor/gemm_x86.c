@@ -4,6 +4,7 @@
 #include "gemm_x86.h"
 
 #include <string.h>
+#include <time.h>
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #define TG_GEMM_X86 1
@@ -378,6 +379,58 @@ bool tg__gemm_has_dpbf16(void)
            __builtin_cpu_supports("avx512bf16");
 }
 
+/* Seconds for iters rounds of 28 independent 512-bit vdpbf16ps (bf16) or
+ * vfmadd231ps, the accumulators all in registers: as many as the
+ * micro-kernels keep, so the loop meets the same latency limits. */
+#define PEAK_OPS(op)                                                                          \
+    op " %%zmm30, %%zmm31, %%zmm0\n\t" op " %%zmm30, %%zmm31, %%zmm1\n\t"                       \
+    op " %%zmm30, %%zmm31, %%zmm2\n\t" op " %%zmm30, %%zmm31, %%zmm3\n\t"                       \
+    op " %%zmm30, %%zmm31, %%zmm4\n\t" op " %%zmm30, %%zmm31, %%zmm5\n\t"                       \
+    op " %%zmm30, %%zmm31, %%zmm6\n\t" op " %%zmm30, %%zmm31, %%zmm7\n\t"                       \
+    op " %%zmm30, %%zmm31, %%zmm8\n\t" op " %%zmm30, %%zmm31, %%zmm9\n\t"                       \
+    op " %%zmm30, %%zmm31, %%zmm10\n\t" op " %%zmm30, %%zmm31, %%zmm11\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm12\n\t" op " %%zmm30, %%zmm31, %%zmm13\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm14\n\t" op " %%zmm30, %%zmm31, %%zmm15\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm16\n\t" op " %%zmm30, %%zmm31, %%zmm17\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm18\n\t" op " %%zmm30, %%zmm31, %%zmm19\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm20\n\t" op " %%zmm30, %%zmm31, %%zmm21\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm22\n\t" op " %%zmm30, %%zmm31, %%zmm23\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm24\n\t" op " %%zmm30, %%zmm31, %%zmm25\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm26\n\t" op " %%zmm30, %%zmm31, %%zmm27\n\t"
+#define PEAK_LOOP(op)                                                                         \
+    __asm__ volatile("mov $0x3f803f80, %%eax\n\t"                                             \
+                     "vpbroadcastd %%eax, %%zmm30\n\t"                                         \
+                     "vpbroadcastd %%eax, %%zmm31\n\t"                                         \
+                     "1:\n\t" PEAK_OPS(op) "dec %0\n\t"                                       \
+                     "jnz 1b"                                                                 \
+                     : "+r"(iters)                                                            \
+                     :                                                                        \
+                     : "eax", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",    \
+                       "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",    \
+                       "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", \
+                       "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm30", "xmm31")
+
+BF16_TARGET static void peak_loop(bool bf16, long iters)
+{
+    if (bf16)
+        PEAK_LOOP("vdpbf16ps");
+    else
+        PEAK_LOOP("vfmadd231ps");
+}
+
+double tg__gemm_peak_gflops(bool bf16, long iters)
+{
+    if (iters < 1 || !(bf16 ? tg__gemm_has_dpbf16() : tg__gemm_isa_available(TG_GEMM_ISA_AVX512)))
+        return 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    peak_loop(bf16, iters);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    /* per instruction: 16 lanes of one (FMA) or two (dot product) multiply-adds */
+    return dt > 0 ? (double)iters * 28 * (bf16 ? 64 : 32) / dt / 1e9 : 0;
+}
+
 const struct tg__ukr_bf16 *tg__gemm_ukr_bf16(enum tg__bf16_path path, enum tg__gemm_isa isa)
 {
     if (path == TG_BF16_DPBF16)
@@ -440,6 +493,12 @@ const struct tg__ukr_bf16 *tg__gemm_ukr_bf16(enum tg__bf16_path path, enum tg__g
 bool tg__gemm_has_dpbf16(void)
 {
     return false;
+}
+
+double tg__gemm_peak_gflops(bool bf16, long iters)
+{
+    (void)bf16, (void)iters;
+    return 0;
 }
 
 #endif

@@ -94,5 +94,9 @@ const struct tg__ukr_f64 *tg__gemm_ukr_f64(enum tg__gemm_isa isa);
 const struct tg__ukr_bf16 *tg__gemm_ukr_bf16(enum tg__bf16_path path, enum tg__gemm_isa isa);
 /* Whether the CPU runs vdpbf16ps (AVX512_BF16) and this build has code for it. */
 bool tg__gemm_has_dpbf16(void);
+/* One core's 512-bit multiply-add rate in GFLOP/s over iters rounds of a
+ * register-only loop (28 x 28 instructions, a few ns each): vdpbf16ps with
+ * bf16, else vfmadd231ps; 0 where the CPU lacks it (or not x86-64). */
+double tg__gemm_peak_gflops(bool bf16, long iters);
 
 #endif
