@@ -67,6 +67,7 @@ enum tg__bf16_path {
     TG_BF16_AUTO = -1,      /* the best available (the default) */
     TG_BF16_CONVERTING = 0, /* rounded operands, float32 kernels: any CPU */
     TG_BF16_DPBF16 = 1,     /* AVX512_BF16 vdpbf16ps micro-kernels */
+    TG_BF16_AMX = 2,        /* AMX-BF16 tiles (Intel Sapphire Rapids on) */
 };
 /* TEST-ONLY: makes the bfloat16 products take path from now on (AUTO
  * restores the run-time choice); false, changing nothing, when the CPU or

@@ -43,11 +43,19 @@ static float *rounded_copy(const float *x, int64_t rows, int64_t cols, int64_t l
     return out;
 }
 
-/* The packed bf16 kernel of the path in use, or NULL where there is none
- * (the portable ISA: no SIMD code, or valgrind). */
-static const struct tg__ukr_bf16 *bf16_kernel(void)
+static enum tg__bf16_path vector_path(void);
+
+/* The packed bf16 kernel of the path in use for a k-deep product, or NULL
+ * where there is none (the portable ISA: no SIMD code, or valgrind). AMX
+ * pads each piece of K to 32, which its panels hold from 16 deep on: a
+ * product whose last piece is shallower takes the vector kernels. */
+static const struct tg__ukr_bf16 *bf16_kernel(int64_t k)
 {
-    return tg__gemm_ukr_bf16(tg__gemm_bf16_in_use(), tg__gemm_isa_in_use());
+    enum tg__gemm_isa isa = tg__gemm_isa_in_use();
+    const struct tg__ukr_bf16 *u = tg__gemm_ukr_bf16(tg__gemm_bf16_in_use(), isa);
+    if (u && tg__gemm_bf16_in_use() == TG_BF16_AMX && k % u->kc != 0 && k % u->kc < 16)
+        u = tg__gemm_ukr_bf16(vector_path(), isa);
+    return u;
 }
 
 /* The small products, and any without a packed bf16 kernel: operands
@@ -72,7 +80,7 @@ int tg__sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                    float *c, int64_t ldc)
 {
-    const struct tg__ukr_bf16 *u = bf16_kernel();
+    const struct tg__ukr_bf16 *u = bf16_kernel(k);
     if (!u || alpha == 0 || tg__gemm_small_shape(trans_b, m, n, k))
         return sgemm_rounded(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return packed_bf16(u, tg__gemm_packed_threads(m, n, k), trans_a, trans_b, m, n, k, alpha, a,
@@ -83,7 +91,7 @@ int tg__sgemm_bias_bf16(bool trans_b, int64_t m, int64_t n, int64_t k, const flo
                         int64_t lda, const float *b, int64_t ldb, const float *bias,
                         void (*amap)(float *, int64_t), float *c, int64_t ldc)
 {
-    const struct tg__ukr_bf16 *u = bf16_kernel();
+    const struct tg__ukr_bf16 *u = bf16_kernel(k);
     if (!u || tg__gemm_small_shape(trans_b, m, n, k))
         return 1;
     return packed_bf16(u, tg__gemm_packed_threads(m, n, k), false, trans_b, m, n, k, 1.0f, a, lda,
@@ -106,39 +114,53 @@ static _Atomic int bf16_path = -2;
 
 static bool path_available(enum tg__bf16_path path)
 {
-    return path == TG_BF16_CONVERTING || (path == TG_BF16_DPBF16 && tg__gemm_has_dpbf16());
+    return path == TG_BF16_CONVERTING || (path == TG_BF16_DPBF16 && tg__gemm_has_dpbf16()) ||
+           (path == TG_BF16_AMX && tg__gemm_has_amx());
 }
 
 /* Whether vdpbf16ps outruns the float32 FMAs that the converting path
  * runs by enough to pay for its packing: the best of three short register
- * loops each (about 0.1 ms in all), once per process. On AMD Zen 4 and 5 a
- * vdpbf16ps does twice an FMA's work at the same rate; on this Intel Xeon
- * (KVM, model 167, with AMX) it ran at half the FMA's 240 GFLOP/s per
- * core, where the float32 kernel on rounded panels is faster. */
+ * loops each (about 0.1 ms in all). On AMD Zen 4 and 5 a vdpbf16ps does
+ * twice an FMA's work at the same rate; on this Intel Xeon (KVM, model
+ * 167, with AMX) it ran at half the FMA's 240 GFLOP/s per core, where the
+ * float32 kernel on rounded panels is faster. */
 #define PEAK_ITERS 1000
 static bool dpbf16_pays(void)
 {
     double fma = 0, dp = 0;
     for (int i = 0; i < 3; i++) {
-        double f = tg__gemm_peak_gflops(false, PEAK_ITERS), d = tg__gemm_peak_gflops(true, PEAK_ITERS);
+        double f = tg__gemm_peak_gflops(false, PEAK_ITERS);
+        double d = tg__gemm_peak_gflops(true, PEAK_ITERS);
         fma = f > fma ? f : fma;
         dp = d > dp ? d : dp;
     }
     return dp > 1.25 * fma;
 }
 
-/* vdpbf16ps where the CPU has it and it pays, the float32 kernels run
- * AVX-512 (not the portable ones, as under valgrind) and
- * TG_BF16_GEMM=converting does not say otherwise. */
+/* The best path without AMX, measured once per process: vdpbf16ps where
+ * the CPU has it and it pays (with the AVX-512 float32 kernels in use, not
+ * the portable ones as under valgrind), else converting. */
+static enum tg__bf16_path vector_path(void)
+{
+    static _Atomic int path = -2;
+    if (path == -2)
+        path = tg__gemm_isa_in_use() == TG_GEMM_ISA_AVX512 &&
+                       path_available(TG_BF16_DPBF16) && dpbf16_pays()
+                   ? TG_BF16_DPBF16
+                   : TG_BF16_CONVERTING;
+    return (enum tg__bf16_path)path;
+}
+
+/* AMX where the CPU and the OS allow it, else vector_path's choice;
+ * TG_BF16_GEMM=converting in the environment makes it converting. */
 static enum tg__bf16_path best_path(void)
 {
     const char *env = getenv("TG_BF16_GEMM");
     if (env && strcmp(env, "converting") == 0)
         return TG_BF16_CONVERTING;
-    return tg__gemm_isa_in_use() == TG_GEMM_ISA_AVX512 && path_available(TG_BF16_DPBF16) &&
-                   dpbf16_pays()
-               ? TG_BF16_DPBF16
-               : TG_BF16_CONVERTING;
+    if (tg__gemm_isa_in_use() == TG_GEMM_ISA_AVX512 && path_available(TG_BF16_AMX))
+        return TG_BF16_AMX;
+    return vector_path();
 }
 
 enum tg__bf16_path tg__gemm_bf16_in_use(void)

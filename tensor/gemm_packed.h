@@ -60,7 +60,7 @@ static void GEMM_FN(pack_a_blk)(const GEMM_UKR *u, bool trans, const GEMM_T *a, 
 #ifdef GEMM_PACK_BF16
     (void)asum; /* no sums from the bf16 products */
     for (int64_t i = 0; i < rows; i += mr, pa += mr * kc)
-        u->pack(trans, a, lda, i0 + i, rows - i < mr ? (int)(rows - i) : mr, p0, kc, mr, amap,
+        u->pack_a(trans, a, lda, i0 + i, rows - i < mr ? (int)(rows - i) : mr, p0, kc, mr, amap,
                 pa);
 #else
     /* A transposed: all the panels at once, each row of A^T read once */
@@ -138,7 +138,7 @@ static void GEMM_FN(pack_b_part)(const GEMM_UKR *u, bool trans_b, const GEMM_T *
     GEMM_T *piece = pb + pc * ns_pad;
 #ifdef GEMM_PACK_BF16 /* op(B)'s panel as rows of op(B)^T */
     int64_t jb = part * nr;
-    u->pack(!trans_b, b, ldb, js + jb, ns - jb < nr ? (int)(ns - jb) : nr, ps + pc, kc, nr, NULL,
+    u->pack_b(!trans_b, b, ldb, js + jb, ns - jb < nr ? (int)(ns - jb) : nr, ps + pc, kc, nr, NULL,
             piece + jb * kc);
 #else
     if (!trans_b && u->pack_cols) {
@@ -168,7 +168,7 @@ static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int
                            GEMM_FN(amap_fn) amap, double *asum, GEMM_T *c, int64_t ldc)
 {
     const int mr = u->mr, nr = u->nr;
-    GEMM_T tile[16 * 32]; /* mr x nr of the largest kernel */
+    GEMM_T tile[32 * 32]; /* mr x nr of the largest kernel */
     for (int64_t pc = 0; pc < ks; pc += u->kc, beta = 1, bias = NULL) {
         int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;
         const GEMM_T *bs = pb + pc * ns_pad;

@@ -86,11 +86,14 @@ START_TEST(bf16_round_in_place_matches_the_scalar_conversion)
 }
 END_TEST
 
-/* The paths this machine runs: index 0 the converting one, 1 vdpbf16ps. */
-#define N_PATHS 2
+/* The paths: index 0 the converting one, 1 vdpbf16ps, 2 AMX; a test on a
+ * path the machine lacks passes having checked nothing. */
+#define N_PATHS 3
 static bool use_path(int i)
 {
-    return tg__gemm_bf16_force(i == 0 ? TG_BF16_CONVERTING : TG_BF16_DPBF16);
+    static const enum tg__bf16_path paths[N_PATHS] = {TG_BF16_CONVERTING, TG_BF16_DPBF16,
+                                                      TG_BF16_AMX};
+    return tg__gemm_bf16_force(paths[i]);
 }
 
 /* Operand values in [-1, 1) whose float32 bits go past bfloat16's: the
@@ -158,11 +161,14 @@ static void check_bf16(int64_t m, int64_t n, int64_t k, bool ta, bool tb, float 
 
 /* Shape classes: tiny, thin (1-4 rows), narrow, a long reduction, odd k,
  * short last tiles in M, N and K past the packed kernels' blocks (14 x 32
- * tiles, 256- and 512-deep pieces), more columns than one packed slice. */
+ * and AMX's 32 x 32 tiles, 512-deep pieces: a last piece of 1 or 7, which
+ * AMX leaves to the vector kernels, of 20 or 76, which it pads to 32 or
+ * 96), more columns than one packed slice, and C summed over pieces. */
 static const int64_t shapes[][3] = {
-    {1, 1, 1},    {3, 5, 7},     {2, 100, 37},  {4, 33, 65},     {17, 9, 3},
-    {64, 64, 64}, {700, 30, 50}, {32, 32, 700}, {47, 71, 513},   {129, 65, 1031},
-    {15, 33, 2},  {200, 96, 257}, {30, 3100, 20}, {300, 200, 128},
+    {1, 1, 1},      {3, 5, 7},       {2, 100, 37},   {4, 33, 65},    {17, 9, 3},
+    {64, 64, 64},   {700, 30, 50},   {32, 32, 700},  {47, 71, 513},  {129, 65, 1031},
+    {15, 33, 2},    {200, 96, 257},  {30, 3100, 20}, {300, 200, 128}, {100, 80, 1100},
+    {65, 97, 2080},
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
