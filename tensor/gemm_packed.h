@@ -118,8 +118,7 @@ static int64_t GEMM_FN(b_parts)(const GEMM_UKR *u, bool trans_b, int64_t ks, int
 {
     int64_t kc = ks < u->kc ? ks : u->kc;
 #ifdef GEMM_PACK_BF16
-    (void)kc, (void)trans_b;
-    return q_all;
+    return !trans_b && u->pack_b_rows ? (kc + B_BAND - 1) / B_BAND : q_all;
 #else
     return !trans_b && u->pack_cols ? (kc + B_BAND - 1) / B_BAND : q_all;
 #endif
@@ -136,7 +135,14 @@ static void GEMM_FN(pack_b_part)(const GEMM_UKR *u, bool trans_b, const GEMM_T *
     int64_t pc = t / parts * u->kc, part = t % parts;
     int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;
     GEMM_T *piece = pb + pc * ns_pad;
-#ifdef GEMM_PACK_BF16 /* op(B)'s panel as rows of op(B)^T */
+#ifdef GEMM_PACK_BF16 /* a band of pair rows, or a panel as rows of op(B)^T */
+    if (!trans_b && u->pack_b_rows) {
+        int64_t r0 = part * B_BAND, kpad = (kc + u->k_align - 1) / u->k_align * u->k_align;
+        if (r0 < kc)
+            u->pack_b_rows(b + (ps + pc + r0) * ldb + js, ldb, ns,
+                           kc - r0 < B_BAND ? kc - r0 : B_BAND, r0, kc, kpad, nr, nr * kc, piece);
+        return;
+    }
     int64_t jb = part * nr;
     u->pack_b(!trans_b, b, ldb, js + jb, ns - jb < nr ? (int)(ns - jb) : nr, ps + pc, kc, nr, NULL,
             piece + jb * kc);

@@ -291,6 +291,34 @@ BF16_TARGET static void pack_pairs(bool trans, const float *x, int64_t ld, int64
     }
 }
 
+/* tg__pack_pair_rows_fn for 16-column multiples of width: two source rows
+ * at a time, 16 columns per step, rounded and paired in registers. */
+BF16_TARGET static void pack_pair_rows(const float *src, int64_t ld, int64_t cols, int64_t rows,
+                                       int64_t r0, int64_t kc, int64_t kpad, int width,
+                                       int64_t panel_stride, float *dst)
+{
+    int64_t span = (cols + width - 1) / width * width;
+    for (int64_t p = 0; p < rows; p += 2) {
+        const float *even = src + p * ld, *odd = even + ld;
+        bool has_odd = p + 1 < rows;
+        float *row = dst + (r0 + p) / 2 * width;
+        for (int64_t j = 0; j < span; j += 16) {
+            int64_t have = cols - j;
+            __mmask16 in = have >= 16 ? 0xffff : have <= 0 ? 0 : (__mmask16)((1u << have) - 1);
+            __m512i lo = _mm512_srli_epi32(bf16_round16(_mm512_maskz_loadu_ps(in, even + j)), 16);
+            __m512i hi = has_odd ? bf16_round16(_mm512_maskz_loadu_ps(in, odd + j))
+                                 : _mm512_setzero_si512();
+            _mm512_storeu_si512(row + j / width * panel_stride + j % width,
+                                _mm512_or_si512(lo, hi));
+        }
+    }
+    if (r0 + rows < kc)
+        return;
+    for (int64_t j = 0; j < span; j += width)
+        for (int64_t q = (kc + 1) / 2; q < kpad / 2; q++)
+            memset(dst + j / width * panel_stride + q * width, 0, sizeof(float) * (size_t)width);
+}
+
 /* C[MR][32] = alpha * pa @ pb + beta * C (bias as gemm_micro.h) on pairs
  * packed by pack_pairs: pa [kc/2][14] (only its first MR rows read), pb
  * [kc/2][32]. Per pair of k, 2 loads of B, MR broadcasts of a pair of A,
@@ -453,18 +481,28 @@ BF16_TARGET static void pack_amx_b(bool trans, const float *x, int64_t ld, int64
 
 /* C[32][32] = alpha * pa @ pb + beta * C (bias as gemm_micro.h) on panels
  * packed by pack_amx_a and pack_amx_b. C goes straight from the tiles to
- * memory when alpha is 1 and beta 0 without a bias (the usual case), else
- * through a block on the stack. */
+ * memory when alpha is 1 and beta 0 without a bias (the usual case), and
+ * when alpha and beta are 1 (every piece of K after the first), which
+ * starts from C's tiles; else through a block on the stack. */
 AMX_TARGET static void ukr_amx(int64_t kc, const float *pa, const float *pb, float *c,
                                int64_t ldc, float alpha, float beta, const float *bias)
 {
     amx_configure();
     int64_t kp = (kc + 31) / 32 * 32;
     const char *a = (const char *)pa, *b = (const char *)pb;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    /* C += ... (a later piece of K) starts from C itself */
+    bool add = alpha == 1 && beta == 1;
+    if (add) {
+        _tile_loadd(0, c, 4 * ldc);
+        _tile_loadd(1, c + 16, 4 * ldc);
+        _tile_loadd(2, c + 16 * ldc, 4 * ldc);
+        _tile_loadd(3, c + 16 * ldc + 16, 4 * ldc);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
     for (int64_t p = 0; p < kp; p += 32) {
         _tile_loadd(4, a + 2 * p, 2 * kp);
         _tile_loadd(5, a + 2 * (16 * kp + p), 2 * kp);
@@ -478,7 +516,7 @@ AMX_TARGET static void ukr_amx(int64_t kc, const float *pa, const float *pb, flo
     float *to = c;
     int64_t ld = ldc;
     _Alignas(64) float blk[32 * 32];
-    bool direct = alpha == 1 && beta == 0 && !bias;
+    bool direct = add || (alpha == 1 && beta == 0 && !bias);
     if (!direct)
         to = blk, ld = 32;
     _tile_stored(0, to, 4 * ld);
@@ -521,18 +559,18 @@ static const struct tg__ukr_f64 avx2_f64 = {
  * AVX-512 kernel; the converting ones are the float32 kernels on rounded
  * panels. */
 static const struct tg__ukr_bf16 avx512_dpbf16 = {
-    14, 32, 168, 512, 3072, ukr_dpbf16_14, pack_pairs, pack_pairs,
+    14, 32, 168, 512, 3072, ukr_dpbf16_14, pack_pairs, pack_pairs, pack_pair_rows, 2,
     {4, 7, 10}, {ukr_dpbf16_4, ukr_dpbf16_7, ukr_dpbf16_10}};
 static const struct tg__ukr_bf16 avx512_converting = {
-    14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rounded, pack_rounded,
+    14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rounded, pack_rounded, NULL, 1,
     {4, 7, 10}, {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}};
 static const struct tg__ukr_bf16 avx2_converting = {
-    6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rounded, pack_rounded, {0}, {NULL}};
+    6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rounded, pack_rounded, NULL, 1, {0}, {NULL}};
 
 /* AMX: 32 x 32 tiles of C; a 512-deep panel of B (32 KiB) stays in L1
  * while a block of 192 rows of A streams from L2. */
 static const struct tg__ukr_bf16 amx_bf16 = {
-    32, 32, 192, 512, 3072, ukr_amx, pack_amx_a, pack_amx_b, {0}, {NULL}};
+    32, 32, 192, 512, 3072, ukr_amx, pack_amx_a, pack_amx_b, pack_pair_rows, 32, {0}, {NULL}};
 
 bool tg__gemm_has_amx(void)
 {

@@ -69,10 +69,22 @@ typedef void (*tg__pack_bf16_fn)(bool trans, const float *x, int64_t ld, int64_t
 /* A micro-kernel for the bfloat16 products, with tg__ukr_f32's fields but
  * its own packings of op(A)'s panels and op(B)'s (packed as the rows of
  * op(B)^T). kc is even, so a piece of K starts on a pair. */
+/* Rows [r0, r0 + rows) of a kc-deep piece of op(B), B not transposed (row
+ * r0 + p at src + p * ld, cols columns), into the pair rows of the piece's
+ * width-column panels (panel_stride apart), zero past cols; the band that
+ * ends the piece also zeroes the pair rows from kc on up to kpad. Each
+ * source row is read once, front to back, across every panel. */
+typedef void (*tg__pack_pair_rows_fn)(const float *src, int64_t ld, int64_t cols, int64_t rows,
+                                      int64_t r0, int64_t kc, int64_t kpad, int width,
+                                      int64_t panel_stride, float *dst);
 struct tg__ukr_bf16 {
     int mr, nr, mc, kc, nc;
     tg__ukr_f32_fn fn;
     tg__pack_bf16_fn pack_a, pack_b;
+    /* op(B)'s pair rows a band at a time where B is not transposed (or
+     * NULL), padding K to a multiple of k_align */
+    tg__pack_pair_rows_fn pack_b_rows;
+    int k_align;
     int short_rows[TG_UKR_SHORT];
     tg__ukr_f32_fn short_fn[TG_UKR_SHORT];
 };

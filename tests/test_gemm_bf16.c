@@ -192,6 +192,7 @@ START_TEST(bf16_gemm_applies_alpha_and_beta)
     check_bf16(47, 71, 513, false, true, -0.75f, 0.5f, false);
     check_bf16(130, 40, 300, true, false, 2.0f, 1.0f, false);
     check_bf16(3, 200, 100, false, false, 1.5f, -1.0f, false);
+    check_bf16(64, 96, 600, false, false, 1.0f, 1.0f, false); /* AMX starts from C's tiles */
     ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
 }
 END_TEST
