@@ -270,6 +270,10 @@ static void GEMM_FN(run_chunks)(const GEMM_FN(slice) *s, int th, int nt, _Atomic
 {
     int64_t chunks = s->row_blocks * s->g, t0 = chunks * th / nt, t1 = chunks * (th + 1) / nt;
     bool tails = nt > 1 && chunks >= 3 * nt;
+#ifdef GEMM_PACK_BF16 /* AMX's tile configuration, per thread */
+    if (s->u->begin)
+        s->u->begin();
+#endif
     for (int64_t t = t0; t < t1 - tails; t++)
         GEMM_FN(chunk_tiles)(s, t, 0, GEMM_FN(block_tiles)(s, t), pa);
     for (int r = 0; tails && r < nt; r++) {
@@ -279,6 +283,10 @@ static void GEMM_FN(run_chunks)(const GEMM_FN(slice) *s, int th, int nt, _Atomic
             GEMM_FN(chunk_tiles)(s, last, x * TAIL_TILES,
                                  (x + 1) * TAIL_TILES < bt ? (x + 1) * TAIL_TILES : bt, pa);
     }
+#ifdef GEMM_PACK_BF16
+    if (s->u->end)
+        s->u->end();
+#endif
 }
 
 /* The whole product (gemm.h's contract) with kernel u on up to nt threads,

@@ -416,15 +416,20 @@ static const _Alignas(64) unsigned char amx_config[64] = {
     [0] = 1,   [16] = 64, [18] = 64, [20] = 64, [22] = 64, [24] = 64, [26] = 64, [28] = 64,
     [30] = 64, [48] = 16, [49] = 16, [50] = 16, [51] = 16, [52] = 16, [53] = 16, [54] = 16,
     [55] = 16};
-/* Loaded by each thread once (the configuration is per thread and nothing
- * here releases it). */
-static _Thread_local bool amx_configured;
-AMX_TARGET static void amx_configure(void)
+
+/* Each thread's part of a slice starts by loading the configuration (it
+ * is per thread, and other code on the thread, oneDNN's kernels say, may
+ * have released or changed it) and ends by releasing the tile state, which
+ * would otherwise be saved at every context switch. Loading it took about
+ * 0.4 us here: once per slice, not per micro-kernel call. */
+AMX_TARGET static void amx_begin(void)
 {
-    if (amx_configured)
-        return;
     _tile_loadconfig(amx_config);
-    amx_configured = true;
+}
+
+AMX_TARGET static void amx_end(void)
+{
+    _tile_release();
 }
 
 /* tg__pack_bf16_fn for op(A)'s 32-row panels: row r of the panel is K's
@@ -487,7 +492,6 @@ BF16_TARGET static void pack_amx_b(bool trans, const float *x, int64_t ld, int64
 AMX_TARGET static void ukr_amx(int64_t kc, const float *pa, const float *pb, float *c,
                                int64_t ldc, float alpha, float beta, const float *bias)
 {
-    amx_configure();
     int64_t kp = (kc + 31) / 32 * 32;
     const char *a = (const char *)pa, *b = (const char *)pb;
     /* C += ... (a later piece of K) starts from C itself */
@@ -559,18 +563,20 @@ static const struct tg__ukr_f64 avx2_f64 = {
  * AVX-512 kernel; the converting ones are the float32 kernels on rounded
  * panels. */
 static const struct tg__ukr_bf16 avx512_dpbf16 = {
-    14, 32, 168, 512, 3072, ukr_dpbf16_14, pack_pairs, pack_pairs, pack_pair_rows, 2,
+    14, 32, 168, 512, 3072, ukr_dpbf16_14, pack_pairs, pack_pairs, pack_pair_rows, 2, NULL, NULL,
     {4, 7, 10}, {ukr_dpbf16_4, ukr_dpbf16_7, ukr_dpbf16_10}};
 static const struct tg__ukr_bf16 avx512_converting = {
-    14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rounded, pack_rounded, NULL, 1,
+    14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rounded, pack_rounded, NULL, 1, NULL, NULL,
     {4, 7, 10}, {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}};
 static const struct tg__ukr_bf16 avx2_converting = {
-    6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rounded, pack_rounded, NULL, 1, {0}, {NULL}};
+    6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rounded, pack_rounded, NULL, 1, NULL, NULL,
+    {0}, {NULL}};
 
 /* AMX: 32 x 32 tiles of C; a 512-deep panel of B (32 KiB) stays in L1
  * while a block of 192 rows of A streams from L2. */
 static const struct tg__ukr_bf16 amx_bf16 = {
-    32, 32, 192, 512, 3072, ukr_amx, pack_amx_a, pack_amx_b, pack_pair_rows, 32, {0}, {NULL}};
+    32, 32, 192, 512, 3072, ukr_amx, pack_amx_a, pack_amx_b, pack_pair_rows, 32, amx_begin, amx_end,
+    {0}, {NULL}};
 
 bool tg__gemm_has_amx(void)
 {

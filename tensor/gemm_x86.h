@@ -85,6 +85,9 @@ struct tg__ukr_bf16 {
      * NULL), padding K to a multiple of k_align */
     tg__pack_pair_rows_fn pack_b_rows;
     int k_align;
+    /* run by each thread before and after its part of a slice (or NULL):
+     * AMX loads its tile configuration and releases the tile state */
+    void (*begin)(void), (*end)(void);
     int short_rows[TG_UKR_SHORT];
     tg__ukr_f32_fn short_fn[TG_UKR_SHORT];
 };
