@@ -275,6 +275,27 @@ START_TEST(bf16_bias_gemm_adds_the_bias_row_and_maps_a_before_rounding)
 }
 END_TEST
 
+/* The run-time choice: a path the machine has (AMX and vdpbf16ps only on
+ * the AVX-512 kernels), and converting when the environment says so. */
+START_TEST(bf16_path_choice_follows_the_cpu_and_the_environment)
+{
+    ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
+    enum tg__bf16_path path = tg__gemm_bf16_in_use();
+    ck_assert(path == TG_BF16_CONVERTING || path == TG_BF16_DPBF16 || path == TG_BF16_AMX);
+    if (path != TG_BF16_CONVERTING)
+        ck_assert(tg__gemm_isa_in_use() == TG_GEMM_ISA_AVX512);
+    ck_assert_int_eq(setenv("TG_BF16_GEMM", "converting", 1), 0);
+    ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
+    ck_assert_int_eq(tg__gemm_bf16_in_use(), TG_BF16_CONVERTING);
+    ck_assert_int_eq(unsetenv("TG_BF16_GEMM"), 0);
+    ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
+    ck_assert_int_eq(tg__gemm_bf16_in_use(), path);
+    /* forcing a path is refused only where the CPU lacks it */
+    ck_assert(tg__gemm_bf16_force(TG_BF16_CONVERTING));
+    ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gemm_bf16");
@@ -288,6 +309,7 @@ int main(void)
                         N_PATHS * N_SHAPES);
     tcase_add_loop_test(gemm, bf16_gemm_applies_alpha_and_beta, 0, N_PATHS);
     tcase_add_test(gemm, gemm_p_sends_bf16_float32_products_to_the_bf16_kernels);
+    tcase_add_test(gemm, bf16_path_choice_follows_the_cpu_and_the_environment);
     tcase_add_loop_test(gemm, bf16_bias_gemm_adds_the_bias_row_and_maps_a_before_rounding, 0,
                         N_PATHS * N_SHAPES);
     tcase_set_timeout(gemm, 120);
