@@ -29,19 +29,18 @@
 #undef GEMM_UKR
 #undef GEMM_PACK_BF16
 
-/* A rows x cols matrix (row stride ld) rounded to bfloat16 into a new
- * compact float32 copy; NULL when out of memory. */
-static float *rounded_copy(const float *x, int64_t rows, int64_t cols, int64_t ld)
+/* rows x cols of x (row stride ld) rounded to bfloat16 into out, compact. */
+static void round_into(float *out, const float *x, int64_t rows, int64_t cols, int64_t ld)
 {
-    float *out = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof *out);
-    if (!out)
-        return NULL;
-    for (int64_t i = 0; i < rows; i++) {
+    for (int64_t i = 0; i < rows; i++)
         memcpy(out + i * cols, x + i * ld, (size_t)cols * sizeof *out);
-    }
     tg__bf16_round_f32(out, rows * cols);
-    return out;
 }
+
+/* Floats of op(B) rounded at a time: a block of K that stays in L2, so a
+ * thin product (a generated token's row against a weight matrix) reads
+ * its weights from memory once, as tg__sgemm does, not three times. */
+#define ROUND_BLOCK (64 * 1024)
 
 static enum tg__bf16_path vector_path(void);
 
@@ -58,19 +57,32 @@ static const struct tg__ukr_bf16 *bf16_kernel(int64_t k)
     return u;
 }
 
-/* The small products, and any without a packed bf16 kernel: operands
- * rounded into scratch, then tg__sgemm. */
+/* The small products, and any without a packed bf16 kernel: op(A) and
+ * op(B) rounded into scratch a block of K at a time, each block's product
+ * added by tg__sgemm. */
 static int sgemm_rounded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                          const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                          float *c, int64_t ldc)
 {
     if (m <= 0 || n <= 0 || k <= 0 || alpha == 0)
         return tg__sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    int64_t ar = trans_a ? k : m, ac = trans_a ? m : k;
-    int64_t br = trans_b ? n : k, bc = trans_b ? k : n;
-    float *ra = rounded_copy(a, ar, ac, lda), *rb = rounded_copy(b, br, bc, ldb);
-    int rc = ra && rb ? tg__sgemm(trans_a, trans_b, m, n, k, alpha, ra, ac, rb, bc, beta, c, ldc)
-                      : -1;
+    int64_t kb = ROUND_BLOCK / n > 16 ? ROUND_BLOCK / n : 16;
+    kb = kb < k ? kb : k;
+    float *ra = malloc((size_t)(m * kb) * sizeof *ra), *rb = malloc((size_t)(kb * n) * sizeof *rb);
+    int rc = ra && rb ? 0 : -1;
+    for (int64_t p0 = 0; rc == 0 && p0 < k; p0 += kb) {
+        int64_t w = k - p0 < kb ? k - p0 : kb; /* op(A) m x w, op(B) w x n, compact */
+        if (trans_a)
+            round_into(ra, a + p0 * lda, w, m, lda);
+        else
+            round_into(ra, a + p0, m, w, lda);
+        if (trans_b)
+            round_into(rb, b + p0, n, w, ldb);
+        else
+            round_into(rb, b + p0 * ldb, w, n, ldb);
+        rc = tg__sgemm(trans_a, trans_b, m, n, w, alpha, ra, trans_a ? m : w, rb, trans_b ? w : n,
+                       p0 == 0 ? beta : 1.0f, c, ldc);
+    }
     free(ra);
     free(rb);
     return rc;

@@ -163,12 +163,13 @@ static void check_bf16(int64_t m, int64_t n, int64_t k, bool ta, bool tb, float 
  * short last tiles in M, N and K past the packed kernels' blocks (14 x 32
  * and AMX's 32 x 32 tiles, 512-deep pieces: a last piece of 1 or 7, which
  * AMX leaves to the vector kernels, of 20 or 76, which it pads to 32 or
- * 96), more columns than one packed slice, and C summed over pieces. */
+ * 96), more columns than one packed slice, C summed over pieces, and a
+ * thin product whose operands are rounded in three blocks of K. */
 static const int64_t shapes[][3] = {
     {1, 1, 1},      {3, 5, 7},       {2, 100, 37},   {4, 33, 65},    {17, 9, 3},
     {64, 64, 64},   {700, 30, 50},   {32, 32, 700},  {47, 71, 513},  {129, 65, 1031},
     {15, 33, 2},    {200, 96, 257},  {30, 3100, 20}, {300, 200, 128}, {100, 80, 1100},
-    {65, 97, 2080},
+    {65, 97, 2080}, {3, 700, 200},
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
