@@ -13,7 +13,10 @@
 /* C = alpha * op(A) @ op(B) + beta * C, all row-major. Float32: thin, tiny
  * and narrow products to gemm_small.c, the rest to the packed kernel where
  * it has SIMD code, except those with A transposed, which go to OpenBLAS
- * when the build has it. Float64: OpenBLAS when the build has it.
+ * when the build has it. Float64: OpenBLAS when the build has it. (The A^T
+ * shapes of gpt-medium's weight gradients, 384-1536 x 384-1536 x 4096-8192,
+ * ran level on this Intel Xeon, packed kernel against OpenBLAS, one thread
+ * each, within the 10-20% noise of a loaded machine: they stay with BLAS.)
  *
  *   op(A) is M x K: A itself stored M x K with row stride lda, or, with
  *         trans_a, the transpose of A stored K x M with row stride lda;
@@ -38,6 +41,59 @@ int tg__dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, doubl
 int tg__gemm(tg_dtype dtype, bool builtin, bool trans_a, bool trans_b, int64_t m, int64_t n,
              int64_t k, double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
              double beta, void *c, int64_t ldc);
+
+/* The bfloat16 products: tg__sgemm's and tg__sgemm_bias's contracts
+ * (float32 in and out, the same return values), but each element of op(A)
+ * and op(B) is rounded to bfloat16 (tg__bf16_from_f32: nearest-even) as it
+ * is packed, and the products are summed in float32: within float32
+ * rounding of the float64 product of the rounded operands (vdpbf16ps and
+ * AMX read bfloat16 denormals as zero: below 1.2e-38 the paths differ).
+ * For tg__sgemm_bias_bf16, amap runs in float32 before the rounding.
+ *
+ * Where they run: the shapes tg__sgemm gives its small kernels (thin,
+ * tiny, narrow, long reductions) round copies of the operands and call
+ * it; the rest go to the packed driver with the path of
+ * tg__gemm_bf16_in_use: AMX tiles where the CPU and Linux allow them,
+ * unless the last 512-deep piece of K is under 16 deep (then the vector
+ * path); else vdpbf16ps where a register loop shows it at least 1.25x the
+ * float32 FMAs (AMD Zen 4 and 5 do twice the work per instruction); else
+ * the float32 kernels on rounded panels. On this Intel Xeon (KVM, model
+ * 167, 2 cores) vdpbf16ps ran at 120 GFLOP/s a core against the FMAs'
+ * 240, and a 1024^3 product on two threads at 204 GFLOP/s against the
+ * converting path's 302; AMX ran it at 3-5x the float32 kernel's rate
+ * beside it on a loaded machine. There is no BLAS for them. */
+int tg__sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                   float *c, int64_t ldc);
+int tg__sgemm_bias_bf16(bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
+                        int64_t lda, const float *b, int64_t ldb, const float *bias,
+                        void (*amap)(float *, int64_t), float *c, int64_t ldc);
+
+/* tg__gemm with a precision: TG_PRECISION_BF16 sends float32 products to
+ * tg__sgemm_bf16 (builtin is then moot: there is no BLAS for them); float64
+ * products, and every product under TG_PRECISION_FLOAT32, go to tg__gemm. */
+int tg__gemm_p(tg_dtype dtype, tg_precision prec, bool builtin, bool trans_a, bool trans_b,
+               int64_t m, int64_t n, int64_t k, double alpha, const void *a, int64_t lda,
+               const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
+
+/* How the bfloat16 products run: vdpbf16ps micro-kernels on a CPU with
+ * AVX512_BF16, else converting ones (operands rounded to bfloat16 while
+ * packed, then the float32 kernels: the same numerics, float32 speed).
+ * Under valgrind, which does not know vdpbf16ps, converting. */
+enum tg__bf16_path {
+    TG_BF16_AUTO = -1,      /* the best available (the default) */
+    TG_BF16_CONVERTING = 0, /* rounded operands, float32 kernels: any CPU */
+    TG_BF16_DPBF16 = 1,     /* AVX512_BF16 vdpbf16ps micro-kernels */
+    TG_BF16_AMX = 2,        /* AMX-BF16 tiles (Intel Sapphire Rapids on) */
+};
+/* TEST-ONLY: makes the bfloat16 products take path from now on (AUTO
+ * restores the run-time choice); false, changing nothing, when the CPU or
+ * build lacks it. Not thread-safe: call it only while no GEMM runs. The
+ * environment variable TG_BF16_GEMM=converting makes that the run-time
+ * choice for a whole process. */
+bool tg__gemm_bf16_force(enum tg__bf16_path path);
+/* The path in use now (never AUTO), as tg_build_info_get reports it. */
+enum tg__bf16_path tg__gemm_bf16_in_use(void);
 
 /* The built-in kernel alone, whatever TG_HAVE_BLAS says: the tests check it
  * against a naive loop even in builds that use BLAS. Same contract. */
