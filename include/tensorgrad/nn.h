@@ -493,7 +493,7 @@ TG_API double tg_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, d
 
 /* ---- safetensors checkpoints (nn/safetensors.c, nn/save_path.c) ------------ */
 /* The format: 8-byte little-endian header length N, N bytes of JSON mapping
- * each name to {"dtype": "F32"|"F64"|"I64"|"BOOL", "shape": [...],
+ * each name to {"dtype": "F32"|"F64"|"BF16"|"I64"|"BOOL", "shape": [...],
  * "data_offsets": [begin, end]} (plus an optional "__metadata__" object of
  * strings), then the raw little-endian data. Files load in PyTorch's
  * safetensors and back. */
