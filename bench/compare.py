@@ -2,12 +2,14 @@
 """Runs tensorgrad's benchmark (bench/bench.c) and the PyTorch reference
 (../shared/bench/torch_ref.py; bench/torch_llama.py for the llama-* configs)
 alternately, several rounds in one session, and prints a markdown table: the
-best result per config per side, and the ratio.
+best result per config for tensorgrad at fp32 and at bf16 (bench runs both
+matmul precisions), PyTorch at float32 and with its bfloat16 autocast (the
+references' --bf16), and the ratio of tensorgrad's best against PyTorch's
+best setting, naming which. When bench's first line reports the CPU's peaks
+(peak_fp32_gflops, peak_bf16_gflops), GFLOP/s figures also show their share
+of the peak of their precision.
 
-    /usr/bin/python3 bench/compare.py [--rounds 3] [--configs gpt-small encoder] [--bf16]
-
---bf16 also runs PyTorch's bfloat16 autocast setting (the references'
---bf16) and gives tensorgrad's ratio against it in two more columns.
+    /usr/bin/python3 bench/compare.py [--rounds 3] [--configs gpt-small encoder] [--no-torch-bf16]
 
 Each side runs at --threads 1 and at --threads 2 in every round; what counts
 per config is the best single measurement over all its rounds and thread
@@ -28,6 +30,17 @@ def repo_root():
     return pathlib.Path(__file__).resolve().parent.parent
 
 
+PEAKS = {}  # precision -> GFLOP/s at a thread count, from bench's info line: {(prec, thr): peak}
+
+
+def note_peaks(info):
+    """Keeps the peaks bench measured at start (keys absent: nothing to show)."""
+    for prec in ("fp32", "bf16"):
+        v = info.get(f"peak_{prec}_gflops")
+        if isinstance(v, (int, float)) and v > 0:
+            PEAKS[(prec, info.get("threads"))] = v
+
+
 def run(cmd):
     """Runs one benchmark process; returns its JSON lines as dicts."""
     print("  $", " ".join(cmd), file=sys.stderr, flush=True)
@@ -45,6 +58,7 @@ def run(cmd):
                 continue
             if row.get("config") == "info":  # what the library picked, not a measurement
                 print(f"  {line}", file=sys.stderr)
+                note_peaks(row)
             else:
                 rows.append(row)
     return rows
@@ -66,17 +80,24 @@ def better(a, b):
 
 
 def collect(best, rss, rows):
+    """best[(key, precision)]: the best line; rss[precision]: gpt-medium's peak RSS."""
     for r in rows:
-        k = key_of(r)
+        k = (key_of(r), r.get("precision", "fp32"))
         if k not in best or better(r, best[k]):
             best[k] = r
         if r["config"] == "gpt-medium":
-            rss.append(r["peak_rss_mb"])
+            rss.setdefault(k[1], []).append(r["peak_rss_mb"])
 
 
 def fmt(row):
+    if not row:
+        return "—"
     d = DECIMALS.get(row["unit"], 2)
-    return f"{row['value']:.{d}f} {row['unit']} ({row['threads']} thr)"
+    text = f"{row['value']:.{d}f} {row['unit']} ({row['threads']} thr)"
+    peak = PEAKS.get((row.get("precision", "fp32"), row["threads"]))
+    if peak and row["unit"] == "GFLOP/s":
+        text += f", {100 * row['value'] / peak:.0f}% of peak"
+    return text
 
 
 def speed_ratio(tg, pt):
@@ -108,28 +129,34 @@ def machine_line():
             f"PyTorch {torch_version or '?'}, {datetime.date.today().isoformat()}")
 
 
-def cells(tg, pt):
-    ratio = f"{speed_ratio(tg, pt):.2f}×" if tg and pt else "—"
-    return f"{fmt(pt) if pt else '—'} | {ratio}"
+def best_of(rows):
+    """The best of the rows that exist, and its precision; (None, None) if none."""
+    rows = [r for r in rows if r]
+    if not rows:
+        return None, None
+    b = rows[0]
+    for r in rows[1:]:
+        if better(r, b):
+            b = r
+    return b, b.get("precision", "fp32")
 
 
-def table(tg_best, pt_best, tg_rss, pt_rss, order, bf16_best=None):
-    head = "| config | tensorgrad | PyTorch float32 | ratio |"
-    rule = "|---|---|---|---|"
-    if bf16_best is not None:
-        head += " PyTorch bf16 autocast | ratio |"
-        rule += "---|---|"
-    lines = [head, rule]
+def table(tg_best, pt_best, tg_rss, pt_rss, order):
+    lines = ["| config | tensorgrad fp32 | tensorgrad bf16 | PyTorch fp32 | PyTorch bf16 autocast "
+             "| tensorgrad best / PyTorch best |",
+             "|---|---|---|---|---|---|"]
     for k in order:
-        tg = tg_best.get(k)
-        line = f"| {k} | {fmt(tg) if tg else '—'} | {cells(tg, pt_best.get(k))} |"
-        if bf16_best is not None:
-            line += f" {cells(tg, bf16_best.get(k))} |"
-        lines.append(line)
-    if tg_rss and pt_rss:
-        a, b = min(tg_rss), min(pt_rss)
-        lines.append(f"| peak RSS, gpt-medium training | {a:.1f} MB | {b:.1f} MB | "
-                     f"{a / b:.2f}× of PyTorch's |")
+        tg = [tg_best.get((k, p)) for p in ("fp32", "bf16")]
+        pt = [pt_best.get((k, p)) for p in ("fp32", "bf16")]
+        (t, tp), (q, qp) = best_of(tg), best_of(pt)
+        ratio = f"{speed_ratio(t, q):.2f}× ({tp} vs PyTorch {qp})" if t and q else "—"
+        lines.append(f"| {k} | {fmt(tg[0])} | {fmt(tg[1])} | {fmt(pt[0])} | {fmt(pt[1])} "
+                     f"| {ratio} |")
+    for p in ("fp32", "bf16"):
+        if tg_rss.get(p) and pt_rss.get(p):
+            a, b = min(tg_rss[p]), min(pt_rss[p])
+            lines.append(f"| peak RSS, gpt-medium training, {p} | {a:.1f} MB | | {b:.1f} MB | "
+                         f"| {a / b:.2f}× of PyTorch's |")
     return "\n".join(lines)
 
 
@@ -144,8 +171,8 @@ def main():
                     help="configs to run (default: all): " + " ".join(CONFIGS))
     ap.add_argument("--torch-llama", default=str(root / "bench" / "torch_llama.py"),
                     help="PyTorch reference of the llama-* configs (default: bench/torch_llama.py)")
-    ap.add_argument("--bf16", action="store_true",
-                    help="also run PyTorch's bfloat16 autocast setting (its --bf16)")
+    ap.add_argument("--no-torch-bf16", action="store_true",
+                    help="skip PyTorch's bfloat16 autocast setting (its --bf16), run by default")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of both sides (default 3)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                     help="thread counts tried on each side (default 1 2)")
@@ -165,14 +192,14 @@ def main():
 
     raw = open(a.raw, "a") if a.raw else None
     run_id = datetime.datetime.now().isoformat(timespec="seconds")  # one file may gather several runs
-    sides = {"tensorgrad": ({}, []), "pytorch": ({}, []), "pytorch-bf16": ({}, [])}
+    sides = {"tensorgrad": ({}, {}), "pytorch": ({}, {})}
     order = []
     for rnd in range(a.rounds):
         print(f"round {rnd + 1}/{a.rounds}", file=sys.stderr, flush=True)
         for t in a.threads:  # alternate: tensorgrad, then PyTorch, at each thread count
             for side, cmd in runs(a, t):
                 rows = run(cmd)
-                collect(*sides[side], rows)
+                collect(*sides[side.split("-")[0]], rows)
                 for r in rows:
                     if key_of(r) not in order:
                         order.append(key_of(r))
@@ -191,7 +218,7 @@ def runs(a, t):
     llama = [c for c in a.configs if c in LLAMA_CONFIGS]
     out = [("tensorgrad", [a.bench, "--threads", str(t)] + a.configs)]
     for side, extra in (("pytorch", []), ("pytorch-bf16", ["--bf16"])):
-        if extra and not a.bf16:
+        if extra and a.no_torch_bf16:
             continue
         for script, names in ((a.torch_ref, ref), (a.torch_llama, llama)):
             if names:
@@ -202,21 +229,26 @@ def runs(a, t):
 def print_table(sides, order):
     print()
     (tg_best, tg_rss), (pt_best, pt_rss) = sides["tensorgrad"], sides["pytorch"]
-    bf16_best = sides["pytorch-bf16"][0] or None
-    print(table(tg_best, pt_best, tg_rss, pt_rss, order, bf16_best))
+    print(table(tg_best, pt_best, tg_rss, pt_rss, order))
     print()
-    print("ratio = tensorgrad speed / PyTorch speed (> 1: tensorgrad is faster); "
-          "for peak RSS, tensorgrad's MB / PyTorch's (< 1: tensorgrad uses less).")
+    print("ratio = tensorgrad's best setting's speed / PyTorch's best setting's speed (> 1: "
+          "tensorgrad is faster), each setting named; for peak RSS, tensorgrad's MB / PyTorch's "
+          "(< 1: tensorgrad uses less).")
+    for (prec, thr), v in sorted(PEAKS.items(), key=str):
+        print(f"peak {prec} at {thr} thread(s), measured by bench: {v:.0f} GFLOP/s")
 
 
 def report_from_raw(path):
-    sides = {"tensorgrad": ({}, []), "pytorch": ({}, []), "pytorch-bf16": ({}, [])}
+    sides = {"tensorgrad": ({}, {}), "pytorch": ({}, {})}
     order, rounds = [], set()
     with open(path) as f:
         for line in f:
             if line.strip():
                 r = json.loads(line)
-                collect(*sides[r["side"]], [r])
+                if r.get("config") == "info":
+                    note_peaks(r)
+                    continue
+                collect(*sides[r["side"].split("-")[0]], [r])
                 rounds.add((r.get("run"), r.get("round")))  # round numbers restart in each run
                 if key_of(r) not in order:
                     order.append(key_of(r))
