@@ -295,6 +295,16 @@ static bool small_shape(double tiny_work, bool trans_b, int64_t m, int64_t n, in
            tiny_shape(tiny_work, m, n, k) || narrow_shape(m, n, k);
 }
 
+bool tg__gemm_small_shape(bool trans_b, int64_t m, int64_t n, int64_t k)
+{
+    return m <= 0 || n <= 0 || k <= 0 || small_shape(TG_GEMM_TINY_WORK, trans_b, m, n, k);
+}
+
+int tg__gemm_packed_threads(int64_t m, int64_t n, int64_t k)
+{
+    return packed_threads(m, n, k);
+}
+
 static int sgemm_small(double tiny_work, bool trans_a, bool trans_b, int64_t m, int64_t n,
                        int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                        int64_t ldb, float beta, float *c, int64_t ldc)

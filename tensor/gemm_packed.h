@@ -1,8 +1,11 @@
 /* The packed, blocked GEMM driver around a SIMD micro-kernel (gemm_x86.h):
  * packing, cache blocking and the split over threads. gemm.c includes it
  * once per type after defining GEMM_T, GEMM_FN(name) and GEMM_UKR (the
- * kernel descriptor type). No include guard on purpose. */
+ * kernel descriptor type); gemm_bf16.c once more with GEMM_PACK_BF16
+ * defined, where the kernel's own packing (tg__ukr_bf16) makes every panel
+ * of op(A) and op(B). No include guard on purpose. */
 
+#ifndef GEMM_PACK_BF16 /* the bf16 kernels pack for themselves */
 /* asum[r] += the elements of row r of the panel pa (kc deep, mr wide, h
  * rows used), one by one in double in the order of p: piece after piece,
  * the sum of the whole row as a loop over it would make it. */
@@ -39,6 +42,8 @@ static void GEMM_FN(pack_a_panel)(int mr, int h, bool trans, const GEMM_T *a, in
     }
 }
 
+#endif
+
 /* A map applied to every packed element of op(A) (it must send 0 to 0, the
  * padding), or NULL. */
 typedef void (*GEMM_FN(amap_fn))(GEMM_T *x, int64_t n);
@@ -52,6 +57,12 @@ static void GEMM_FN(pack_a_blk)(const GEMM_UKR *u, bool trans, const GEMM_T *a, 
                                 GEMM_T *restrict pa, GEMM_FN(amap_fn) amap, double *asum)
 {
     const int mr = u->mr;
+#ifdef GEMM_PACK_BF16
+    (void)asum; /* no sums from the bf16 products */
+    for (int64_t i = 0; i < rows; i += mr, pa += mr * kc)
+        u->pack(trans, a, lda, i0 + i, rows - i < mr ? (int)(rows - i) : mr, p0, kc, mr, amap,
+                pa);
+#else
     /* A transposed: all the panels at once, each row of A^T read once */
     bool at_once = trans && u->pack_cols;
     if (at_once)
@@ -67,7 +78,9 @@ static void GEMM_FN(pack_a_blk)(const GEMM_UKR *u, bool trans, const GEMM_T *a, 
         if (asum)
             GEMM_FN(sum_panel)(mr, h, kc, pa, asum + i0 + i);
     }
+#endif
 }
+#ifndef GEMM_PACK_BF16
 /* One nr-column panel of op(B): rows [p0, p0+kc) x cols [j0, j0+w), stored
  * [kc][nr]; columns past w are zero. */
 static void GEMM_FN(pack_b_panel)(const GEMM_UKR *u, bool trans, const GEMM_T *b, int64_t ldb,
@@ -92,6 +105,8 @@ static void GEMM_FN(pack_b_panel)(const GEMM_UKR *u, bool trans, const GEMM_T *b
     }
 }
 
+#endif
+
 /* Rows of op(B) per part when a slice is packed a band of rows at a time. */
 #define B_BAND 32
 
@@ -102,7 +117,12 @@ static void GEMM_FN(pack_b_panel)(const GEMM_UKR *u, bool trans, const GEMM_T *b
 static int64_t GEMM_FN(b_parts)(const GEMM_UKR *u, bool trans_b, int64_t ks, int64_t q_all)
 {
     int64_t kc = ks < u->kc ? ks : u->kc;
+#ifdef GEMM_PACK_BF16
+    (void)kc, (void)trans_b;
+    return q_all;
+#else
     return !trans_b && u->pack_cols ? (kc + B_BAND - 1) / B_BAND : q_all;
+#endif
 }
 
 /* Part t (of parts per piece, piece after piece) of packing the slice of
@@ -116,6 +136,11 @@ static void GEMM_FN(pack_b_part)(const GEMM_UKR *u, bool trans_b, const GEMM_T *
     int64_t pc = t / parts * u->kc, part = t % parts;
     int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;
     GEMM_T *piece = pb + pc * ns_pad;
+#ifdef GEMM_PACK_BF16 /* op(B)'s panel as rows of op(B)^T */
+    int64_t jb = part * nr;
+    u->pack(!trans_b, b, ldb, js + jb, ns - jb < nr ? (int)(ns - jb) : nr, ps + pc, kc, nr, NULL,
+            piece + jb * kc);
+#else
     if (!trans_b && u->pack_cols) {
         int64_t r0 = part * B_BAND; /* the last piece may have fewer bands */
         if (r0 < kc)
@@ -126,6 +151,7 @@ static void GEMM_FN(pack_b_part)(const GEMM_UKR *u, bool trans_b, const GEMM_T *
     int64_t j = part * nr;
     GEMM_FN(pack_b_panel)(u, trans_b, b, ldb, js + j, ns - j < nr ? (int)(ns - j) : nr, ps + pc,
                           kc, piece + j * kc);
+#endif
 }
 
 /* One chunk of C: rows [i0, i0+mc) x the nr-panels [q0, q1) of the packed

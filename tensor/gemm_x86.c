@@ -3,6 +3,9 @@
  * still runs on any x86-64; the CPU is asked at run time which one to use. */
 #include "gemm_x86.h"
 
+#include <string.h>
+#include <time.h>
+
 #if defined(__GNUC__) && defined(__x86_64__)
 #define TG_GEMM_X86 1
 #include <immintrin.h>
@@ -205,6 +208,142 @@ pack_cols_avx2_f32(const float *src, int64_t ld, int64_t cols, int64_t rows, int
                     q * width + j < cols ? src[p * ld + q * width + j] : 0;
 }
 
+/* ---- bfloat16 products ---- */
+
+/* op(X)'s rows [i0, i0+h) x cols [p0, p0+kc) as float32 [kc][width], by
+ * the packings above, then map (or NULL) on the whole panel. */
+__attribute__((target("avx2"))) static void pack_f32_panel(bool trans, const float *x,
+                                                           int64_t ld, int64_t i0, int h,
+                                                           int64_t p0, int64_t kc, int width,
+                                                           void (*map)(float *, int64_t),
+                                                           float *dst)
+{
+    if (trans)
+        pack_cols_avx2_f32(x + p0 * ld + i0, ld, h, kc, width, (int64_t)width * kc, dst);
+    else
+        pack_rows_avx2_f32(x + i0 * ld + p0, ld, h, kc, width, dst);
+    if (map)
+        map(dst, (int64_t)width * kc);
+}
+
+/* A float's bits rounded to bfloat16 (bf16.h's nearest-even, NaN kept and
+ * made quiet), in the upper half of the word. */
+static inline uint32_t bf16_round_bits(uint32_t u)
+{
+    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    return nan ? (u | 0x00400000u) & 0xffff0000u : rounded;
+}
+
+/* tg__pack_bf16_fn, converting: float32 values rounded to bfloat16. */
+__attribute__((target("avx2"))) static void pack_rounded(bool trans, const float *x, int64_t ld,
+                                                         int64_t i0, int h, int64_t p0,
+                                                         int64_t kc, int width,
+                                                         void (*map)(float *, int64_t),
+                                                         float *dst)
+{
+    pack_f32_panel(trans, x, ld, i0, h, p0, kc, width, map, dst);
+    for (int64_t i = 0; i < (int64_t)width * kc; i++) {
+        uint32_t u;
+        memcpy(&u, dst + i, sizeof u);
+        u = bf16_round_bits(u);
+        memcpy(dst + i, &u, sizeof u);
+    }
+}
+
+#define BF16_TARGET __attribute__((target("avx512bf16,avx512bw,avx512f,avx2,fma")))
+
+/* 16 floats rounded to bfloat16 as bf16_round_bits does, in the upper
+ * halves. */
+BF16_TARGET static inline __m512i bf16_round16(__m512 v)
+{
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+    return _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u));
+}
+
+/* tg__pack_bf16_fn, vdpbf16ps pairs: the float32 panel first, then each
+ * pair of its rows (2q, 2q + 1) rounded into row q, in place (row q is
+ * written after rows 2q and 2q + 1 are read, and no later row is). */
+BF16_TARGET static void pack_pairs(bool trans, const float *x, int64_t ld, int64_t i0, int h,
+                                   int64_t p0, int64_t kc, int width,
+                                   void (*map)(float *, int64_t), float *dst)
+{
+    pack_f32_panel(trans, x, ld, i0, h, p0, kc, width, map, dst);
+    for (int64_t q = 0; 2 * q < kc; q++) {
+        const float *even = dst + 2 * q * width, *odd = even + width;
+        bool has_odd = 2 * q + 1 < kc;
+        for (int r = 0; r < width; r += 16) {
+            __mmask16 in = width - r >= 16 ? 0xffff : (__mmask16)((1u << (width - r)) - 1);
+            __m512i lo = _mm512_srli_epi32(bf16_round16(_mm512_maskz_loadu_ps(in, even + r)), 16);
+            __m512i hi = has_odd ? bf16_round16(_mm512_maskz_loadu_ps(in, odd + r))
+                                 : _mm512_setzero_si512();
+            _mm512_mask_storeu_epi32(dst + q * width + r, in, _mm512_or_si512(lo, hi));
+        }
+    }
+}
+
+/* C[MR][32] = alpha * pa @ pb + beta * C (bias as gemm_micro.h) on pairs
+ * packed by pack_pairs: pa [kc/2][14] (only its first MR rows read), pb
+ * [kc/2][32]. Per pair of k, 2 loads of B, MR broadcasts of a pair of A,
+ * 2 MR vdpbf16ps, each 16 lanes x 2 products summed in float32. */
+BF16_TARGET static inline __attribute__((always_inline)) void
+ukr_dpbf16(const int MR, int64_t kc, const float *restrict pa, const float *restrict pb,
+           float *restrict c, int64_t ldc, float alpha, float beta, const float *restrict bias)
+{
+    __m512 acc[14][2];
+#pragma GCC unroll 14
+    for (int r = 0; r < MR; r++)
+        acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+#pragma GCC unroll 14
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < 2; v++)
+            _mm_prefetch((const char *)(c + r * ldc + 16 * v), _MM_HINT_T0);
+#pragma GCC unroll 2
+    for (int64_t q = 0; q < (kc + 1) / 2; q++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(pb), b1 = (__m512bh)_mm512_loadu_si512(pb + 16);
+#pragma GCC unroll 14
+        for (int r = 0; r < MR; r++) {
+            uint32_t pair;
+            memcpy(&pair, pa + r, sizeof pair);
+            __m512bh a = (__m512bh)_mm512_set1_epi32((int)pair);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
+        }
+        pa += 14;
+        pb += 32;
+    }
+    __m512 va = _mm512_set1_ps(alpha);
+#pragma GCC unroll 14
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < 2; v++) {
+            float *cp = c + r * ldc + 16 * v;
+            __m512 x = _mm512_mul_ps(va, acc[r][v]);
+            if (beta != 0)
+                x = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_loadu_ps(cp), x);
+            else if (bias)
+                x = _mm512_add_ps(x, _mm512_loadu_ps(bias + 16 * v));
+            _mm512_storeu_ps(cp, x);
+        }
+}
+
+#define DPBF16_KERNEL(MR)                                                                     \
+    BF16_TARGET static void ukr_dpbf16_##MR(int64_t kc, const float *pa, const float *pb,    \
+                                            float *c, int64_t ldc, float alpha, float beta,  \
+                                            const float *bias)                               \
+    {                                                                                         \
+        ukr_dpbf16(MR, kc, pa, pb, c, ldc, alpha, beta, bias);                                \
+    }
+DPBF16_KERNEL(14)
+DPBF16_KERNEL(4)
+DPBF16_KERNEL(7)
+DPBF16_KERNEL(10)
+#undef DPBF16_KERNEL
+
 /* {mr, nr, mc, kc, nc, kernel, packings, short tiles}. A kc x nr panel of B is reused
  * across a whole mc-row block of A (mc x kc, kept in the 1 MiB L2); nc
  * bounds the packed slice of B the threads share. Float AVX-512 goes 512
@@ -221,6 +360,85 @@ static const struct tg__ukr_f32 avx2_f32 = {
     6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rows_avx2_f32, pack_cols_avx2_f32, {0}, {NULL}};
 static const struct tg__ukr_f64 avx2_f64 = {
     6, 8, 96, 256, 2048, ukr_avx2_f64, NULL, NULL, {0}, {NULL}};
+
+/* The bfloat16 tables: vdpbf16ps on pairs, 14 x 32 tiles as the float32
+ * AVX-512 kernel; the converting ones are the float32 kernels on rounded
+ * panels. */
+static const struct tg__ukr_bf16 avx512_dpbf16 = {
+    14, 32, 168, 512, 3072, ukr_dpbf16_14, pack_pairs,
+    {4, 7, 10}, {ukr_dpbf16_4, ukr_dpbf16_7, ukr_dpbf16_10}};
+static const struct tg__ukr_bf16 avx512_converting = {
+    14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rounded,
+    {4, 7, 10}, {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}};
+static const struct tg__ukr_bf16 avx2_converting = {
+    6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rounded, {0}, {NULL}};
+
+bool tg__gemm_has_dpbf16(void)
+{
+    return tg__gemm_isa_available(TG_GEMM_ISA_AVX512) && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512bf16");
+}
+
+/* Seconds for iters rounds of 28 independent 512-bit vdpbf16ps (bf16) or
+ * vfmadd231ps, the accumulators all in registers: as many as the
+ * micro-kernels keep, so the loop meets the same latency limits. */
+#define PEAK_OPS(op)                                                                          \
+    op " %%zmm30, %%zmm31, %%zmm0\n\t" op " %%zmm30, %%zmm31, %%zmm1\n\t"                       \
+    op " %%zmm30, %%zmm31, %%zmm2\n\t" op " %%zmm30, %%zmm31, %%zmm3\n\t"                       \
+    op " %%zmm30, %%zmm31, %%zmm4\n\t" op " %%zmm30, %%zmm31, %%zmm5\n\t"                       \
+    op " %%zmm30, %%zmm31, %%zmm6\n\t" op " %%zmm30, %%zmm31, %%zmm7\n\t"                       \
+    op " %%zmm30, %%zmm31, %%zmm8\n\t" op " %%zmm30, %%zmm31, %%zmm9\n\t"                       \
+    op " %%zmm30, %%zmm31, %%zmm10\n\t" op " %%zmm30, %%zmm31, %%zmm11\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm12\n\t" op " %%zmm30, %%zmm31, %%zmm13\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm14\n\t" op " %%zmm30, %%zmm31, %%zmm15\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm16\n\t" op " %%zmm30, %%zmm31, %%zmm17\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm18\n\t" op " %%zmm30, %%zmm31, %%zmm19\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm20\n\t" op " %%zmm30, %%zmm31, %%zmm21\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm22\n\t" op " %%zmm30, %%zmm31, %%zmm23\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm24\n\t" op " %%zmm30, %%zmm31, %%zmm25\n\t"                     \
+    op " %%zmm30, %%zmm31, %%zmm26\n\t" op " %%zmm30, %%zmm31, %%zmm27\n\t"
+#define PEAK_LOOP(op)                                                                         \
+    __asm__ volatile("mov $0x3f803f80, %%eax\n\t"                                             \
+                     "vpbroadcastd %%eax, %%zmm30\n\t"                                         \
+                     "vpbroadcastd %%eax, %%zmm31\n\t"                                         \
+                     "1:\n\t" PEAK_OPS(op) "dec %0\n\t"                                       \
+                     "jnz 1b"                                                                 \
+                     : "+r"(iters)                                                            \
+                     :                                                                        \
+                     : "eax", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",    \
+                       "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",    \
+                       "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", \
+                       "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm30", "xmm31")
+
+BF16_TARGET static void peak_loop(bool bf16, long iters)
+{
+    if (bf16)
+        PEAK_LOOP("vdpbf16ps");
+    else
+        PEAK_LOOP("vfmadd231ps");
+}
+
+double tg__gemm_peak_gflops(bool bf16, long iters)
+{
+    if (iters < 1 || !(bf16 ? tg__gemm_has_dpbf16() : tg__gemm_isa_available(TG_GEMM_ISA_AVX512)))
+        return 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    peak_loop(bf16, iters);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    /* per instruction: 16 lanes of one (FMA) or two (dot product) multiply-adds */
+    return dt > 0 ? (double)iters * 28 * (bf16 ? 64 : 32) / dt / 1e9 : 0;
+}
+
+const struct tg__ukr_bf16 *tg__gemm_ukr_bf16(enum tg__bf16_path path, enum tg__gemm_isa isa)
+{
+    if (path == TG_BF16_DPBF16)
+        return isa == TG_GEMM_ISA_AVX512 && tg__gemm_has_dpbf16() ? &avx512_dpbf16 : NULL;
+    return isa == TG_GEMM_ISA_AVX512 ? &avx512_converting
+           : isa == TG_GEMM_ISA_AVX2 ? &avx2_converting
+                                     : NULL;
+}
 
 bool tg__gemm_isa_available(enum tg__gemm_isa isa)
 {
@@ -264,6 +482,23 @@ const struct tg__ukr_f64 *tg__gemm_ukr_f64(enum tg__gemm_isa isa)
 {
     (void)isa;
     return NULL;
+}
+
+const struct tg__ukr_bf16 *tg__gemm_ukr_bf16(enum tg__bf16_path path, enum tg__gemm_isa isa)
+{
+    (void)path, (void)isa;
+    return NULL;
+}
+
+bool tg__gemm_has_dpbf16(void)
+{
+    return false;
+}
+
+double tg__gemm_peak_gflops(bool bf16, long iters)
+{
+    (void)bf16, (void)iters;
+    return 0;
 }
 
 #endif

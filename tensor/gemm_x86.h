@@ -55,11 +55,48 @@ struct tg__ukr_f64 {
     tg__ukr_f64_fn short_fn[TG_UKR_SHORT];
 };
 
+/* Packs rows [i0, i0+h) x cols [p0, p0+kc) of op(X) (op(X)(i, p) = x[p *
+ * ld + i] with trans, else x[i * ld + p]) as one panel width wide for the
+ * bfloat16 products, map (or NULL) applied in float32 first; rows past h
+ * are zero. The converting packing stores float32 rounded to bfloat16,
+ * dst[p * width + r]; the vdpbf16ps one pairs of bfloat16 along K, one
+ * pair per float slot: slot q * width + r holds rows (r, 2q) in its low
+ * half and (r, 2q + 1), or 0 past kc, in its high half. Either fills at
+ * most width * kc slots. */
+typedef void (*tg__pack_bf16_fn)(bool trans, const float *x, int64_t ld, int64_t i0, int h,
+                                 int64_t p0, int64_t kc, int width,
+                                 void (*map)(float *, int64_t), float *dst);
+/* A micro-kernel for the bfloat16 products, with tg__ukr_f32's fields but
+ * one packing for both operands (op(B)'s panels are packed as the rows of
+ * op(B)^T). kc is even, so a piece of K starts on a pair. */
+struct tg__ukr_bf16 {
+    int mr, nr, mc, kc, nc;
+    tg__ukr_f32_fn fn;
+    tg__pack_bf16_fn pack;
+    int short_rows[TG_UKR_SHORT];
+    tg__ukr_f32_fn short_fn[TG_UKR_SHORT];
+};
+
+/* gemm.c's choices, for gemm_bf16.c: whether the built-in float32 GEMM
+ * sends an m x n x k product to the small kernels (gemm_small.c) rather
+ * than the packed one, and the threads the packed kernel runs one on. */
+bool tg__gemm_small_shape(bool trans_b, int64_t m, int64_t n, int64_t k);
+int tg__gemm_packed_threads(int64_t m, int64_t n, int64_t k);
+
 /* Whether this build has kernels for isa and the CPU runs them. */
 bool tg__gemm_isa_available(enum tg__gemm_isa isa);
 /* The kernel for isa (TG_GEMM_ISA_AVX2 or _AVX512), or NULL when there is
  * none: the caller then uses the portable kernel. */
 const struct tg__ukr_f32 *tg__gemm_ukr_f32(enum tg__gemm_isa isa);
 const struct tg__ukr_f64 *tg__gemm_ukr_f64(enum tg__gemm_isa isa);
+/* The bfloat16 kernel for path on isa, or NULL (the portable ISA, or no
+ * such kernel on this build or CPU). */
+const struct tg__ukr_bf16 *tg__gemm_ukr_bf16(enum tg__bf16_path path, enum tg__gemm_isa isa);
+/* Whether the CPU runs vdpbf16ps (AVX512_BF16) and this build has code for it. */
+bool tg__gemm_has_dpbf16(void);
+/* One core's 512-bit multiply-add rate in GFLOP/s over iters rounds of a
+ * register-only loop (28 x 28 instructions, a few ns each): vdpbf16ps with
+ * bf16, else vfmadd231ps; 0 where the CPU lacks it (or not x86-64). */
+double tg__gemm_peak_gflops(bool bf16, long iters);
 
 #endif

@@ -1,5 +1,6 @@
 /* The library's version and what it was built with and picked at run time:
- * compiler, matrix-multiply kernels, OpenBLAS and OpenMP (tg_build_info). */
+ * compiler, matrix-multiply kernels (float32 and bfloat16), OpenBLAS and
+ * OpenMP (tg_build_info). */
 #include "internal.h"
 
 #include "gemm.h"
@@ -37,6 +38,11 @@ static const char *isa_name(enum tg__gemm_isa isa)
     }
 }
 
+static const char *bf16_path_name(enum tg__bf16_path path)
+{
+    return path == TG_BF16_DPBF16 ? "avx512_bf16" : "converting";
+}
+
 static bool cpu_has_avx512_bf16(void)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -54,6 +60,7 @@ int tg_build_info_get(tg_build_info *info)
         .compiler = TG_COMPILER,
         .gemm_isa = isa_name(tg__gemm_isa_in_use()),
         .avx512_bf16 = cpu_has_avx512_bf16(),
+        .bf16_gemm = bf16_path_name(tg__gemm_bf16_in_use()),
         .blas = "none",
         .blas_config = "",
         .blas_core = "",
@@ -91,8 +98,9 @@ int tg_build_info_format(char *buf, size_t size)
     tg_build_info info;
     tg_build_info_get(&info);
     size_t len = 0;
-    append(buf, size, &len, "tensorgrad %s (%s); gemm: %s; avx512_bf16: %s; blas: ",
-           info.version, info.compiler, info.gemm_isa, info.avx512_bf16 ? "yes" : "no");
+    append(buf, size, &len, "tensorgrad %s (%s); gemm: %s; avx512_bf16: %s; bf16 gemm: %s; blas: ",
+           info.version, info.compiler, info.gemm_isa, info.avx512_bf16 ? "yes" : "no",
+           info.bf16_gemm);
     if (strcmp(info.blas, "none") == 0)
         append(buf, size, &len, "none");
     else

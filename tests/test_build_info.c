@@ -112,6 +112,13 @@ START_TEST(build_info_matches_the_cpu)
 #endif
     ck_assert_str_eq(info.gemm_isa, isa);
     ck_assert_int_eq(info.avx512_bf16, bf16);
+    /* vdpbf16ps and AMX need the AVX-512 kernels (not valgrind's portable
+     * ones); anything else converts */
+    ck_assert_msg(strcmp(info.bf16_gemm, "converting") == 0 ||
+                      (strcmp(isa, "avx512") == 0 &&
+                       (strcmp(info.bf16_gemm, "amx") == 0 ||
+                        (bf16 && strcmp(info.bf16_gemm, "avx512_bf16") == 0))),
+                  "bf16_gemm %s with gemm %s, avx512_bf16 %d", info.bf16_gemm, isa, bf16);
 }
 END_TEST
 
@@ -131,6 +138,9 @@ START_TEST(build_info_format_is_one_line_measured_like_snprintf)
              info.gemm_isa);
     ck_assert_msg(strncmp(line, head, strlen(head)) == 0, "line: %s", line);
     ck_assert_ptr_nonnull(strstr(line, info.openmp ? "openmp: yes" : "openmp: no"));
+    char bf16[64];
+    snprintf(bf16, sizeof bf16, "; bf16 gemm: %s; blas: ", info.bf16_gemm);
+    ck_assert_msg(strstr(line, bf16) != NULL, "line: %s", line);
 
     char small[12];
     ck_assert_int_eq(tg_build_info_format(small, sizeof small), need);

@@ -315,7 +315,11 @@ typedef struct {
     const char *compiler;    /* what compiled the library, e.g. "gcc 12.2.0" */
     const char *gemm_isa;    /* the built-in float32 matmul kernels in use, picked at run
                                 time: "avx512", "avx2" or "portable" (always under valgrind) */
-    bool avx512_bf16;        /* the CPU has AVX512_BF16 (reported only; nothing uses it) */
+    bool avx512_bf16;        /* the CPU has AVX512_BF16 */
+    const char *bf16_gemm;   /* how bfloat16 products run (tg_set_matmul_precision), picked at
+                                run time: "avx512_bf16" (vdpbf16ps kernels), "amx" (AMX tiles)
+                                or "converting" (operands rounded to bfloat16, then the float32
+                                kernels: where those are faster, and always under valgrind) */
     const char *blas;        /* "OpenBLAS" or "none" */
     const char *blas_config; /* OpenBLAS's openblas_get_config(): version and build; or "" */
     const char *blas_core;   /* the CPU core OpenBLAS tuned for, e.g. "Zen"; or "" */
@@ -327,7 +331,7 @@ typedef struct {
 TG_API int tg_build_info_get(tg_build_info *info);
 /* The same as one line into buf (always terminated), e.g.
  *   tensorgrad 0.1.0 (gcc 12.2.0); gemm: avx512; avx512_bf16: no;
- *   blas: OpenBLAS 0.3.21 DYNAMIC_ARCH ... (core Zen); openmp: yes, 2 threads
+ *   bf16 gemm: converting; blas: OpenBLAS 0.3.21 DYNAMIC_ARCH ... (core Zen); openmp: yes, 2 threads
  * Returns the length the whole line needs, like snprintf (buf may be NULL
  * when size is 0), or -1 with TG_ERR_NULL when buf is NULL and size is not. */
 TG_API int tg_build_info_format(char *buf, size_t size);
