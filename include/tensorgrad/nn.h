@@ -13,6 +13,16 @@
  *   ... tg_backward(loss, NULL); tg_optim_step(opt); tg_optim_zero_grad(opt);
  *   tg_safetensors_save("model.safetensors", &ps, 0, NULL, NULL);
  *   tg_optim_free(opt); tg_params_clear(&ps);
+ *
+ * Mixed precision needs nothing from the modules or the models (tg_gpt,
+ * tg_llama, tg_encoder): the matmul precision is a thread-wide setting
+ * (tensor.h), so a model trains with bfloat16 products when its forward runs
+ * under tg_set_matmul_precision(TG_PRECISION_BF16); its parameters,
+ * gradients and optimizer state stay float32, and backward uses the
+ * precision each op recorded in the forward:
+ *   tg_precision was = tg_set_matmul_precision(TG_PRECISION_BF16);
+ *   tg_gpt_forward(m, idx, targets, &loss); tg_backward(loss, NULL);
+ *   tg_set_matmul_precision(was); tg_optim_step(opt);
  */
 #ifndef TG_NN_H
 #define TG_NN_H
