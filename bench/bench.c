@@ -14,6 +14,8 @@
 
 #include <tensorgrad/tensorgrad.h>
 
+#include "peak.h"
+
 /* --quick shrinks every config to a smoke test (tests/test_bench.c): the
  * lines keep their keys, the numbers mean nothing. */
 static int quick;
@@ -91,6 +93,27 @@ static int fail(const char *config)
     return -1;
 }
 
+/* ---- peaks ------------------------------------------------------------------------ */
+
+/* The CPU's peaks, measured at start: each matmul line says what share of
+ * the one it is bound by it reached. */
+static bench_peaks peaks;
+
+/* The peak a product of this precision is bound by at threads threads (1
+ * or the bench's count): float32 FMAs, or for bf16 the units the library
+ * runs them on (tg_build_info's bf16_gemm; converting runs float32 FMAs). */
+static double peak_for(bool bf16, int threads)
+{
+    int t = threads > 1;
+    if (!bf16)
+        return peaks.fp32[t];
+    tg_build_info info;
+    tg_build_info_get(&info);
+    return strcmp(info.bf16_gemm, "amx") == 0           ? peaks.amx[t]
+           : strcmp(info.bf16_gemm, "avx512_bf16") == 0 ? peaks.dpbf16[t]
+                                                        : peaks.fp32[t];
+}
+
 /* ---- matmul ----------------------------------------------------------------------- */
 
 typedef struct {
@@ -111,8 +134,11 @@ static int matmul_batch(void *p)
     return 0;
 }
 
+/* The six shapes at the thread's matmul precision, as torch_ref.py's lines
+ * plus the share of peak_for's peak (and, as every line, the precision). */
 static int bench_matmul(int threads)
 {
+    bool bf16 = tg_matmul_precision() == TG_PRECISION_BF16;
     static const int64_t shapes[][3] = {{64, 64, 64},     {256, 256, 256},  {512, 512, 512},
                                         {1024, 1024, 1024}, {1024, 384, 128}, {2048, 1152, 384}};
     int nshapes = quick ? 2 : 6;
@@ -135,7 +161,10 @@ static int bench_matmul(int threads)
         char shape[96];
         snprintf(shape, sizeof shape, "\"shape\": [%lld, %lld, %lld]", (long long)m, (long long)n,
                  (long long)k);
-        emit("matmul", threads, shape, "gflops", flops / (dt / c.reps) / 1e9, 1, "GFLOP/s", NULL);
+        double gflops = flops / (dt / c.reps) / 1e9, peak = peak_for(bf16, threads);
+        char tail[96];
+        snprintf(tail, sizeof tail, "\"peak_share\": %.3f", peak > 0 ? gflops / peak : 0.0);
+        emit("matmul", threads, shape, "gflops", gflops, 1, "GFLOP/s", tail);
     }
     tg_rng_free(rng);
     return status;
@@ -520,7 +549,8 @@ static void print_json_string(const char *s)
 }
 
 /* The first line: what the library was built with and picked on this
- * machine, as {"config": "info", ...}, so a saved run says what it measured.
+ * machine, and the CPU's peaks, as {"config": "info", ...}, so a saved run
+ * says what it measured.
  * compare.py sets it aside; it is not a measurement. */
 static void emit_info(void)
 {
@@ -534,8 +564,14 @@ static void emit_info(void)
         printf(", \"%s\": ", keys[i]);
         print_json_string(values[i]);
     }
-    printf(", \"avx512_bf16\": %s, \"openmp\": %s}\n", info.avx512_bf16 ? "true" : "false",
-           info.openmp ? "true" : "false");
+    printf(", \"avx512_bf16\": %s, \"openmp\": %s, \"bf16_gemm\": ",
+           info.avx512_bf16 ? "true" : "false", info.openmp ? "true" : "false");
+    print_json_string(info.bf16_gemm);
+    /* GFLOP/s on 1 and on all threads; 0 where the CPU lacks them */
+    printf(", \"fp32_peak_gflops\": [%.1f, %.1f], \"dpbf16_peak_gflops\": [%.1f, %.1f], "
+           "\"amx_peak_gflops\": [%.1f, %.1f]}\n",
+           peaks.fp32[0], peaks.fp32[1], peaks.dpbf16[0], peaks.dpbf16[1], peaks.amx[0],
+           peaks.amx[1]);
     fflush(stdout);
 }
 
@@ -588,6 +624,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: %s\n", tg_error_message());
         return 2;
     }
+    bench_measure_peaks(threads, quick, &peaks);
     emit_info();
     int failed = 0;
     /* Each config starts without the buffers the one before left cached, so

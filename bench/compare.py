@@ -5,9 +5,10 @@ alternately, several rounds in one session, and prints a markdown table: the
 best result per config for tensorgrad at fp32 and at bf16 (bench runs both
 matmul precisions), PyTorch at float32 and with its bfloat16 autocast (the
 references' --bf16), and the ratio of tensorgrad's best against PyTorch's
-best setting, naming which. When bench's first line reports the CPU's peaks
-(peak_fp32_gflops, peak_bf16_gflops), GFLOP/s figures also show their share
-of the peak of their precision.
+best setting, naming which. bench measures the CPU's peaks at start (its
+first line: fp32_peak_gflops, dpbf16_peak_gflops, amx_peak_gflops, each on
+1 and on all threads) and gives each matmul line its share of the peak it is
+bound by (peak_share), which the table shows beside the figure.
 
     /usr/bin/python3 bench/compare.py [--rounds 3] [--configs gpt-small encoder] [--no-torch-bf16]
 
@@ -30,15 +31,16 @@ def repo_root():
     return pathlib.Path(__file__).resolve().parent.parent
 
 
-PEAKS = {}  # precision -> GFLOP/s at a thread count, from bench's info line: {(prec, thr): peak}
+PEAKS = {}  # "fp32", "dpbf16", "amx" -> [GFLOP/s on 1 thread, on bench's threads]
 
 
 def note_peaks(info):
-    """Keeps the peaks bench measured at start (keys absent: nothing to show)."""
-    for prec in ("fp32", "bf16"):
-        v = info.get(f"peak_{prec}_gflops")
-        if isinstance(v, (int, float)) and v > 0:
-            PEAKS[(prec, info.get("threads"))] = v
+    """Keeps the peaks bench measured at start, the highest seen of each."""
+    for unit in ("fp32", "dpbf16", "amx"):
+        v = info.get(f"{unit}_peak_gflops")
+        if isinstance(v, list) and len(v) == 2:
+            old = PEAKS.get(unit, [0, 0])
+            PEAKS[unit] = [max(a, b) for a, b in zip(old, v)]
 
 
 def run(cmd):
@@ -94,9 +96,8 @@ def fmt(row):
         return "—"
     d = DECIMALS.get(row["unit"], 2)
     text = f"{row['value']:.{d}f} {row['unit']} ({row['threads']} thr)"
-    peak = PEAKS.get((row.get("precision", "fp32"), row["threads"]))
-    if peak and row["unit"] == "GFLOP/s":
-        text += f", {100 * row['value'] / peak:.0f}% of peak"
+    if row.get("peak_share"):
+        text += f", {100 * row['peak_share']:.0f}% of peak"
     return text
 
 
@@ -234,8 +235,10 @@ def print_table(sides, order):
     print("ratio = tensorgrad's best setting's speed / PyTorch's best setting's speed (> 1: "
           "tensorgrad is faster), each setting named; for peak RSS, tensorgrad's MB / PyTorch's "
           "(< 1: tensorgrad uses less).")
-    for (prec, thr), v in sorted(PEAKS.items(), key=str):
-        print(f"peak {prec} at {thr} thread(s), measured by bench: {v:.0f} GFLOP/s")
+    for unit, (one, all_) in PEAKS.items():
+        if all_ > 0:
+            print(f"{unit} peak measured by bench: {one:.0f} GFLOP/s on 1 thread, "
+                  f"{all_:.0f} on all")
 
 
 def report_from_raw(path):

@@ -13,7 +13,10 @@
 /* C = alpha * op(A) @ op(B) + beta * C, all row-major. Float32: thin, tiny
  * and narrow products to gemm_small.c, the rest to the packed kernel where
  * it has SIMD code, except those with A transposed, which go to OpenBLAS
- * when the build has it. Float64: OpenBLAS when the build has it.
+ * when the build has it. Float64: OpenBLAS when the build has it. (The A^T
+ * shapes of gpt-medium's weight gradients, 384-1536 x 384-1536 x 4096-8192,
+ * ran level on this Intel Xeon, packed kernel against OpenBLAS, one thread
+ * each, within the 10-20% noise of a loaded machine: they stay with BLAS.)
  *
  *   op(A) is M x K: A itself stored M x K with row stride lda, or, with
  *         trans_a, the transpose of A stored K x M with row stride lda;
@@ -43,8 +46,22 @@ int tg__gemm(tg_dtype dtype, bool builtin, bool trans_a, bool trans_b, int64_t m
  * (float32 in and out, the same return values), but each element of op(A)
  * and op(B) is rounded to bfloat16 (tg__bf16_from_f32: nearest-even) as it
  * is packed, and the products are summed in float32: within float32
- * rounding of the float64 product of the rounded operands. For
- * tg__sgemm_bias_bf16, amap runs in float32 before the rounding. */
+ * rounding of the float64 product of the rounded operands (vdpbf16ps and
+ * AMX read bfloat16 denormals as zero: below 1.2e-38 the paths differ).
+ * For tg__sgemm_bias_bf16, amap runs in float32 before the rounding.
+ *
+ * Where they run: the shapes tg__sgemm gives its small kernels (thin,
+ * tiny, narrow, long reductions) round copies of the operands and call
+ * it; the rest go to the packed driver with the path of
+ * tg__gemm_bf16_in_use: AMX tiles where the CPU and Linux allow them,
+ * unless the last 512-deep piece of K is under 16 deep (then the vector
+ * path); else vdpbf16ps where a register loop shows it at least 1.25x the
+ * float32 FMAs (AMD Zen 4 and 5 do twice the work per instruction); else
+ * the float32 kernels on rounded panels. On this Intel Xeon (KVM, model
+ * 167, 2 cores) vdpbf16ps ran at 120 GFLOP/s a core against the FMAs'
+ * 240, and a 1024^3 product on two threads at 204 GFLOP/s against the
+ * converting path's 302; AMX ran it at 3-5x the float32 kernel's rate
+ * beside it on a loaded machine. There is no BLAS for them. */
 int tg__sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                    float *c, int64_t ldc);
@@ -67,6 +84,7 @@ enum tg__bf16_path {
     TG_BF16_AUTO = -1,      /* the best available (the default) */
     TG_BF16_CONVERTING = 0, /* rounded operands, float32 kernels: any CPU */
     TG_BF16_DPBF16 = 1,     /* AVX512_BF16 vdpbf16ps micro-kernels */
+    TG_BF16_AMX = 2,        /* AMX-BF16 tiles (Intel Sapphire Rapids on) */
 };
 /* TEST-ONLY: makes the bfloat16 products take path from now on (AUTO
  * restores the run-time choice); false, changing nothing, when the CPU or

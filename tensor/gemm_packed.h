@@ -60,7 +60,7 @@ static void GEMM_FN(pack_a_blk)(const GEMM_UKR *u, bool trans, const GEMM_T *a, 
 #ifdef GEMM_PACK_BF16
     (void)asum; /* no sums from the bf16 products */
     for (int64_t i = 0; i < rows; i += mr, pa += mr * kc)
-        u->pack(trans, a, lda, i0 + i, rows - i < mr ? (int)(rows - i) : mr, p0, kc, mr, amap,
+        u->pack_a(trans, a, lda, i0 + i, rows - i < mr ? (int)(rows - i) : mr, p0, kc, mr, amap,
                 pa);
 #else
     /* A transposed: all the panels at once, each row of A^T read once */
@@ -118,8 +118,7 @@ static int64_t GEMM_FN(b_parts)(const GEMM_UKR *u, bool trans_b, int64_t ks, int
 {
     int64_t kc = ks < u->kc ? ks : u->kc;
 #ifdef GEMM_PACK_BF16
-    (void)kc, (void)trans_b;
-    return q_all;
+    return !trans_b && u->pack_b_rows ? (kc + B_BAND - 1) / B_BAND : q_all;
 #else
     return !trans_b && u->pack_cols ? (kc + B_BAND - 1) / B_BAND : q_all;
 #endif
@@ -136,9 +135,16 @@ static void GEMM_FN(pack_b_part)(const GEMM_UKR *u, bool trans_b, const GEMM_T *
     int64_t pc = t / parts * u->kc, part = t % parts;
     int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;
     GEMM_T *piece = pb + pc * ns_pad;
-#ifdef GEMM_PACK_BF16 /* op(B)'s panel as rows of op(B)^T */
+#ifdef GEMM_PACK_BF16 /* a band of pair rows, or a panel as rows of op(B)^T */
+    if (!trans_b && u->pack_b_rows) {
+        int64_t r0 = part * B_BAND, kpad = (kc + u->k_align - 1) / u->k_align * u->k_align;
+        if (r0 < kc)
+            u->pack_b_rows(b + (ps + pc + r0) * ldb + js, ldb, ns,
+                           kc - r0 < B_BAND ? kc - r0 : B_BAND, r0, kc, kpad, nr, nr * kc, piece);
+        return;
+    }
     int64_t jb = part * nr;
-    u->pack(!trans_b, b, ldb, js + jb, ns - jb < nr ? (int)(ns - jb) : nr, ps + pc, kc, nr, NULL,
+    u->pack_b(!trans_b, b, ldb, js + jb, ns - jb < nr ? (int)(ns - jb) : nr, ps + pc, kc, nr, NULL,
             piece + jb * kc);
 #else
     if (!trans_b && u->pack_cols) {
@@ -168,7 +174,7 @@ static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int
                            GEMM_FN(amap_fn) amap, double *asum, GEMM_T *c, int64_t ldc)
 {
     const int mr = u->mr, nr = u->nr;
-    GEMM_T tile[16 * 32]; /* mr x nr of the largest kernel */
+    GEMM_T tile[32 * 32]; /* mr x nr of the largest kernel */
     for (int64_t pc = 0; pc < ks; pc += u->kc, beta = 1, bias = NULL) {
         int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;
         const GEMM_T *bs = pb + pc * ns_pad;
@@ -264,6 +270,10 @@ static void GEMM_FN(run_chunks)(const GEMM_FN(slice) *s, int th, int nt, _Atomic
 {
     int64_t chunks = s->row_blocks * s->g, t0 = chunks * th / nt, t1 = chunks * (th + 1) / nt;
     bool tails = nt > 1 && chunks >= 3 * nt;
+#ifdef GEMM_PACK_BF16 /* AMX's tile configuration, per thread */
+    if (s->u->begin)
+        s->u->begin();
+#endif
     for (int64_t t = t0; t < t1 - tails; t++)
         GEMM_FN(chunk_tiles)(s, t, 0, GEMM_FN(block_tiles)(s, t), pa);
     for (int r = 0; tails && r < nt; r++) {
@@ -273,6 +283,10 @@ static void GEMM_FN(run_chunks)(const GEMM_FN(slice) *s, int th, int nt, _Atomic
             GEMM_FN(chunk_tiles)(s, last, x * TAIL_TILES,
                                  (x + 1) * TAIL_TILES < bt ? (x + 1) * TAIL_TILES : bt, pa);
     }
+#ifdef GEMM_PACK_BF16
+    if (s->u->end)
+        s->u->end();
+#endif
 }
 
 /* The whole product (gemm.h's contract) with kernel u on up to nt threads,

@@ -3,12 +3,16 @@
  * still runs on any x86-64; the CPU is asked at run time which one to use. */
 #include "gemm_x86.h"
 
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #define TG_GEMM_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #else
 #define TG_GEMM_X86 0
 #endif
@@ -251,7 +255,7 @@ __attribute__((target("avx2"))) static void pack_rounded(bool trans, const float
     }
 }
 
-#define BF16_TARGET __attribute__((target("avx512bf16,avx512bw,avx512f,avx2,fma")))
+#define BF16_TARGET __attribute__((target("avx512bf16,avx512bw,avx512vl,avx512f,avx2,fma")))
 
 /* 16 floats rounded to bfloat16 as bf16_round_bits does, in the upper
  * halves. */
@@ -285,6 +289,34 @@ BF16_TARGET static void pack_pairs(bool trans, const float *x, int64_t ld, int64
             _mm512_mask_storeu_epi32(dst + q * width + r, in, _mm512_or_si512(lo, hi));
         }
     }
+}
+
+/* tg__pack_pair_rows_fn for 16-column multiples of width: two source rows
+ * at a time, 16 columns per step, rounded and paired in registers. */
+BF16_TARGET static void pack_pair_rows(const float *src, int64_t ld, int64_t cols, int64_t rows,
+                                       int64_t r0, int64_t kc, int64_t kpad, int width,
+                                       int64_t panel_stride, float *dst)
+{
+    int64_t span = (cols + width - 1) / width * width;
+    for (int64_t p = 0; p < rows; p += 2) {
+        const float *even = src + p * ld, *odd = even + ld;
+        bool has_odd = p + 1 < rows;
+        float *row = dst + (r0 + p) / 2 * width;
+        for (int64_t j = 0; j < span; j += 16) {
+            int64_t have = cols - j;
+            __mmask16 in = have >= 16 ? 0xffff : have <= 0 ? 0 : (__mmask16)((1u << have) - 1);
+            __m512i lo = _mm512_srli_epi32(bf16_round16(_mm512_maskz_loadu_ps(in, even + j)), 16);
+            __m512i hi = has_odd ? bf16_round16(_mm512_maskz_loadu_ps(in, odd + j))
+                                 : _mm512_setzero_si512();
+            _mm512_storeu_si512(row + j / width * panel_stride + j % width,
+                                _mm512_or_si512(lo, hi));
+        }
+    }
+    if (r0 + rows < kc)
+        return;
+    for (int64_t j = 0; j < span; j += width)
+        for (int64_t q = (kc + 1) / 2; q < kpad / 2; q++)
+            memset(dst + j / width * panel_stride + q * width, 0, sizeof(float) * (size_t)width);
 }
 
 /* C[MR][32] = alpha * pa @ pb + beta * C (bias as gemm_micro.h) on pairs
@@ -344,6 +376,172 @@ DPBF16_KERNEL(7)
 DPBF16_KERNEL(10)
 #undef DPBF16_KERNEL
 
+/* ---- AMX tiles ---- */
+
+/* AMX: eight tile registers of 16 rows x 64 bytes. A 32 x 32 block of C
+ * in four float tiles, two 16 x 32 bfloat16 tiles of op(A) and two of
+ * op(B) (16 pairs of K x 16 columns) per 32 steps of K: four tdpbf16ps.
+ * Linux hands out the tile state only to a process that asks for it
+ * (arch_prctl ARCH_REQ_XCOMP_PERM), and each thread loads the tile
+ * configuration before its first tile instruction. */
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512bf16,avx512bw,avx512vl,avx512f,avx2,fma")))
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* CPUID's AMX-BF16 and AMX-TILE, XCR0's tile state enabled by the OS, and
+ * the kernel's permission granted: asked once per process. */
+static bool amx_usable(void)
+{
+    static _Atomic int usable = -1;
+    if (usable >= 0)
+        return usable;
+    unsigned a, b, c, d;
+    bool ok = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) && (d >> 24 & 1) &&
+              __get_cpuid(1, &a, &b, &c, &d) && (c >> 27 & 1); /* OSXSAVE */
+    if (ok) {
+        unsigned lo, hi;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        ok = (lo >> 17 & 3) == 3 && syscall(SYS_arch_prctl, (unsigned long)ARCH_REQ_XCOMP_PERM,
+                                            (unsigned long)XFEATURE_XTILEDATA) == 0;
+    }
+    usable = ok;
+    return ok;
+}
+
+/* Palette 1, tiles 0-7 all 16 rows x 64 bytes (bytes per row at 16 + 2t,
+ * rows at 48 + t). Static: GCC's _tile_loadconfig tells the compiler it
+ * reads a pointer's worth of its argument, so the stores filling a stack
+ * copy can be dropped as dead (and were, in the benchmark). */
+static const _Alignas(64) unsigned char amx_config[64] = {
+    [0] = 1,   [16] = 64, [18] = 64, [20] = 64, [22] = 64, [24] = 64, [26] = 64, [28] = 64,
+    [30] = 64, [48] = 16, [49] = 16, [50] = 16, [51] = 16, [52] = 16, [53] = 16, [54] = 16,
+    [55] = 16};
+
+/* Each thread's part of a slice starts by loading the configuration (it
+ * is per thread, and other code on the thread, oneDNN's kernels say, may
+ * have released or changed it) and ends by releasing the tile state, which
+ * would otherwise be saved at every context switch. Loading it took about
+ * 0.4 us here: once per slice, not per micro-kernel call. */
+AMX_TARGET static void amx_begin(void)
+{
+    _tile_loadconfig(amx_config);
+}
+
+AMX_TARGET static void amx_end(void)
+{
+    _tile_release();
+}
+
+/* tg__pack_bf16_fn for op(A)'s 32-row panels: row r of the panel is K's
+ * bfloat16 values of row i0 + r in a row of kp = kc rounded up to 32,
+ * zero past kc and past h rows: the tile of 16 rows x 32 K loads with a
+ * stride of kp. Fills 16 kp float slots (at most width * kc from kc = 16
+ * on). A transposed is packed as floats into a stack block first. */
+BF16_TARGET static void pack_amx_a(bool trans, const float *x, int64_t ld, int64_t i0, int h,
+                                   int64_t p0, int64_t kc, int width,
+                                   void (*map)(float *, int64_t), float *dst)
+{
+    int64_t kp = (kc + 31) / 32 * 32;
+    uint16_t *out = (uint16_t *)(void *)dst;
+    _Alignas(64) float row[512], block[64 * 32]; /* kc <= 512 */
+    for (int64_t p = 0; p < kc; p += 64) {
+        int64_t n = kc - p < 64 ? kc - p : 64;
+        if (trans) /* rows [p, p + n) of op(A)^T as [n][width] floats */
+            pack_f32_panel(true, x, ld, i0, h, p0 + p, n, width, map, block);
+        for (int r = 0; r < width; r++) {
+            const float *src = row;
+            if (r >= h) {
+                memset(row, 0, sizeof(float) * (size_t)n);
+            } else if (trans) {
+                for (int64_t q = 0; q < n; q++)
+                    row[q] = block[q * width + r];
+            } else if (map) {
+                memcpy(row, x + (i0 + r) * ld + p0 + p, sizeof(float) * (size_t)n);
+                map(row, n);
+            } else {
+                src = x + (i0 + r) * ld + p0 + p;
+            }
+            for (int64_t q = 0; q < n; q += 16) {
+                __mmask16 in = n - q >= 16 ? 0xffff : (__mmask16)((1u << (n - q)) - 1);
+                __m512i v = _mm512_srli_epi32(bf16_round16(_mm512_maskz_loadu_ps(in, src + q)), 16);
+                _mm256_mask_storeu_epi16(out + r * kp + p + q, in, _mm512_cvtepi32_epi16(v));
+            }
+        }
+    }
+    for (int r = 0; r < width; r++)
+        memset(out + r * kp + kc, 0, sizeof(uint16_t) * (size_t)(kp - kc));
+}
+
+/* tg__pack_bf16_fn for op(B)'s 32-column panels: pack_pairs' [kc/2][32]
+ * pairs, zero rows on to kp / 2: tile j (16 columns) is 64 bytes into
+ * every 128-byte row. */
+BF16_TARGET static void pack_amx_b(bool trans, const float *x, int64_t ld, int64_t j0, int w,
+                                   int64_t p0, int64_t kc, int width,
+                                   void (*map)(float *, int64_t), float *dst)
+{
+    int64_t kp = (kc + 31) / 32 * 32, have = (kc + 1) / 2;
+    pack_pairs(trans, x, ld, j0, w, p0, kc, width, map, dst);
+    memset(dst + have * width, 0, sizeof(float) * (size_t)((kp / 2 - have) * width));
+}
+
+/* C[32][32] = alpha * pa @ pb + beta * C (bias as gemm_micro.h) on panels
+ * packed by pack_amx_a and pack_amx_b. C goes straight from the tiles to
+ * memory when alpha is 1 and beta 0 without a bias (the usual case), and
+ * when alpha and beta are 1 (every piece of K after the first), which
+ * starts from C's tiles; else through a block on the stack. */
+AMX_TARGET static void ukr_amx(int64_t kc, const float *pa, const float *pb, float *c,
+                               int64_t ldc, float alpha, float beta, const float *bias)
+{
+    int64_t kp = (kc + 31) / 32 * 32;
+    const char *a = (const char *)pa, *b = (const char *)pb;
+    /* C += ... (a later piece of K) starts from C itself */
+    bool add = alpha == 1 && beta == 1;
+    if (add) {
+        _tile_loadd(0, c, 4 * ldc);
+        _tile_loadd(1, c + 16, 4 * ldc);
+        _tile_loadd(2, c + 16 * ldc, 4 * ldc);
+        _tile_loadd(3, c + 16 * ldc + 16, 4 * ldc);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int64_t p = 0; p < kp; p += 32) {
+        _tile_loadd(4, a + 2 * p, 2 * kp);
+        _tile_loadd(5, a + 2 * (16 * kp + p), 2 * kp);
+        _tile_loadd(6, b + 64 * p, 128);
+        _tile_loadd(7, b + 64 * p + 64, 128);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    float *to = c;
+    int64_t ld = ldc;
+    _Alignas(64) float blk[32 * 32];
+    bool direct = add || (alpha == 1 && beta == 0 && !bias);
+    if (!direct)
+        to = blk, ld = 32;
+    _tile_stored(0, to, 4 * ld);
+    _tile_stored(1, to + 16, 4 * ld);
+    _tile_stored(2, to + 16 * ld, 4 * ld);
+    _tile_stored(3, to + 16 * ld + 16, 4 * ld);
+    if (direct)
+        return;
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int r = 0; r < 32; r++)
+        for (int v = 0; v < 2; v++) {
+            float *cp = c + r * ldc + 16 * v;
+            __m512 x = _mm512_mul_ps(va, _mm512_load_ps(blk + 32 * r + 16 * v));
+            if (beta != 0)
+                x = _mm512_fmadd_ps(vb, _mm512_loadu_ps(cp), x);
+            else if (bias)
+                x = _mm512_add_ps(x, _mm512_loadu_ps(bias + 16 * v));
+            _mm512_storeu_ps(cp, x);
+        }
+}
+
 /* {mr, nr, mc, kc, nc, kernel, packings, short tiles}. A kc x nr panel of B is reused
  * across a whole mc-row block of A (mc x kc, kept in the 1 MiB L2); nc
  * bounds the packed slice of B the threads share. Float AVX-512 goes 512
@@ -365,17 +563,30 @@ static const struct tg__ukr_f64 avx2_f64 = {
  * AVX-512 kernel; the converting ones are the float32 kernels on rounded
  * panels. */
 static const struct tg__ukr_bf16 avx512_dpbf16 = {
-    14, 32, 168, 512, 3072, ukr_dpbf16_14, pack_pairs,
+    14, 32, 168, 512, 3072, ukr_dpbf16_14, pack_pairs, pack_pairs, pack_pair_rows, 2, NULL, NULL,
     {4, 7, 10}, {ukr_dpbf16_4, ukr_dpbf16_7, ukr_dpbf16_10}};
 static const struct tg__ukr_bf16 avx512_converting = {
-    14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rounded,
+    14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rounded, pack_rounded, NULL, 1, NULL, NULL,
     {4, 7, 10}, {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}};
 static const struct tg__ukr_bf16 avx2_converting = {
-    6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rounded, {0}, {NULL}};
+    6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rounded, pack_rounded, NULL, 1, NULL, NULL,
+    {0}, {NULL}};
+
+/* AMX: 32 x 32 tiles of C; a 512-deep panel of B (32 KiB) stays in L1
+ * while a block of 192 rows of A streams from L2. */
+static const struct tg__ukr_bf16 amx_bf16 = {
+    32, 32, 192, 512, 3072, ukr_amx, pack_amx_a, pack_amx_b, pack_pair_rows, 32, amx_begin, amx_end,
+    {0}, {NULL}};
+
+bool tg__gemm_has_amx(void)
+{
+    return tg__gemm_has_dpbf16() && amx_usable();
+}
 
 bool tg__gemm_has_dpbf16(void)
 {
     return tg__gemm_isa_available(TG_GEMM_ISA_AVX512) && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512bf16");
 }
 
@@ -435,6 +646,8 @@ const struct tg__ukr_bf16 *tg__gemm_ukr_bf16(enum tg__bf16_path path, enum tg__g
 {
     if (path == TG_BF16_DPBF16)
         return isa == TG_GEMM_ISA_AVX512 && tg__gemm_has_dpbf16() ? &avx512_dpbf16 : NULL;
+    if (path == TG_BF16_AMX)
+        return isa == TG_GEMM_ISA_AVX512 && tg__gemm_has_amx() ? &amx_bf16 : NULL;
     return isa == TG_GEMM_ISA_AVX512 ? &avx512_converting
            : isa == TG_GEMM_ISA_AVX2 ? &avx2_converting
                                      : NULL;
@@ -491,6 +704,11 @@ const struct tg__ukr_bf16 *tg__gemm_ukr_bf16(enum tg__bf16_path path, enum tg__g
 }
 
 bool tg__gemm_has_dpbf16(void)
+{
+    return false;
+}
+
+bool tg__gemm_has_amx(void)
 {
     return false;
 }

@@ -67,12 +67,27 @@ typedef void (*tg__pack_bf16_fn)(bool trans, const float *x, int64_t ld, int64_t
                                  int64_t p0, int64_t kc, int width,
                                  void (*map)(float *, int64_t), float *dst);
 /* A micro-kernel for the bfloat16 products, with tg__ukr_f32's fields but
- * one packing for both operands (op(B)'s panels are packed as the rows of
+ * its own packings of op(A)'s panels and op(B)'s (packed as the rows of
  * op(B)^T). kc is even, so a piece of K starts on a pair. */
+/* Rows [r0, r0 + rows) of a kc-deep piece of op(B), B not transposed (row
+ * r0 + p at src + p * ld, cols columns), into the pair rows of the piece's
+ * width-column panels (panel_stride apart), zero past cols; the band that
+ * ends the piece also zeroes the pair rows from kc on up to kpad. Each
+ * source row is read once, front to back, across every panel. */
+typedef void (*tg__pack_pair_rows_fn)(const float *src, int64_t ld, int64_t cols, int64_t rows,
+                                      int64_t r0, int64_t kc, int64_t kpad, int width,
+                                      int64_t panel_stride, float *dst);
 struct tg__ukr_bf16 {
     int mr, nr, mc, kc, nc;
     tg__ukr_f32_fn fn;
-    tg__pack_bf16_fn pack;
+    tg__pack_bf16_fn pack_a, pack_b;
+    /* op(B)'s pair rows a band at a time where B is not transposed (or
+     * NULL), padding K to a multiple of k_align */
+    tg__pack_pair_rows_fn pack_b_rows;
+    int k_align;
+    /* run by each thread before and after its part of a slice (or NULL):
+     * AMX loads its tile configuration and releases the tile state */
+    void (*begin)(void), (*end)(void);
     int short_rows[TG_UKR_SHORT];
     tg__ukr_f32_fn short_fn[TG_UKR_SHORT];
 };
@@ -94,6 +109,9 @@ const struct tg__ukr_f64 *tg__gemm_ukr_f64(enum tg__gemm_isa isa);
 const struct tg__ukr_bf16 *tg__gemm_ukr_bf16(enum tg__bf16_path path, enum tg__gemm_isa isa);
 /* Whether the CPU runs vdpbf16ps (AVX512_BF16) and this build has code for it. */
 bool tg__gemm_has_dpbf16(void);
+/* Whether the CPU has AMX-BF16 tiles and Linux lets this process use them
+ * (asked once). */
+bool tg__gemm_has_amx(void);
 /* One core's 512-bit multiply-add rate in GFLOP/s over iters rounds of a
  * register-only loop (28 x 28 instructions, a few ns each): vdpbf16ps with
  * bf16, else vfmadd231ps; 0 where the CPU lacks it (or not x86-64). */

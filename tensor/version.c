@@ -40,7 +40,9 @@ static const char *isa_name(enum tg__gemm_isa isa)
 
 static const char *bf16_path_name(enum tg__bf16_path path)
 {
-    return path == TG_BF16_DPBF16 ? "avx512_bf16" : "converting";
+    return path == TG_BF16_AMX      ? "amx"
+           : path == TG_BF16_DPBF16 ? "avx512_bf16"
+                                    : "converting";
 }
 
 static bool cpu_has_avx512_bf16(void)

@@ -58,19 +58,22 @@ START_TEST(bench_prints_one_json_line_per_config_with_reference_keys)
 {
     static char out[1 << 16];
     ck_assert_int_eq(run_bench("--quick --threads 1 matmul attn-toy", out, sizeof out), 0);
-    static const char *const matmul_keys[] = {"config", "threads", "shape",     "metric",
-                                              "value",  "unit",    "precision", "peak_rss_mb"};
+    static const char *const matmul_keys[] = {"config",     "threads",   "shape",
+                                              "metric",     "value",     "unit",
+                                              "peak_share", "precision", "peak_rss_mb"};
     static const char *const toy_keys[] = {"config",     "threads",   "metric",     "value",
                                            "unit",       "final_loss", "precision", "peak_rss_mb"};
-    static const char *const info_keys[] = {"config", "threads", "version", "compiler",
-                                            "gemm_isa", "blas", "avx512_bf16", "openmp"};
+    static const char *const info_keys[] = {
+        "config",      "threads", "version",   "compiler",         "gemm_isa",           "blas",
+        "avx512_bf16", "openmp",  "bf16_gemm", "fp32_peak_gflops", "dpbf16_peak_gflops",
+        "amx_peak_gflops"};
     int info_lines = 0, matmul_lines = 0, toy_lines = 0, bf16_lines = 0;
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
         ck_assert_msg(line[0] == '{' && line[strlen(line) - 1] == '}', "not JSON: %s", line);
         ck_assert_double_eq(number_after(line, "threads"), 1);
         if (strstr(line, "\"config\": \"info\"")) { /* first, and not a measurement */
             ck_assert_int_eq(info_lines + matmul_lines + toy_lines, 0);
-            assert_keys_in_order(line, info_keys, 8);
+            assert_keys_in_order(line, info_keys, 12);
             info_lines++;
             continue;
         }
@@ -80,7 +83,8 @@ START_TEST(bench_prints_one_json_line_per_config_with_reference_keys)
         ck_assert_msg(bf16 || strstr(line, "\"precision\": \"fp32\""), "no precision: %s", line);
         bf16_lines += bf16;
         if (strstr(line, "\"config\": \"matmul\"")) {
-            assert_keys_in_order(line, matmul_keys, 8);
+            assert_keys_in_order(line, matmul_keys, 9);
+            ck_assert_msg(number_after(line, "peak_share") >= 0, "no share: %s", line);
             ck_assert_ptr_nonnull(strstr(line, "\"metric\": \"gflops\""));
             ck_assert_ptr_nonnull(strstr(line, "\"unit\": \"GFLOP/s\""));
             matmul_lines++;

@@ -86,11 +86,14 @@ START_TEST(bf16_round_in_place_matches_the_scalar_conversion)
 }
 END_TEST
 
-/* The paths this machine runs: index 0 the converting one, 1 vdpbf16ps. */
-#define N_PATHS 2
+/* The paths: index 0 the converting one, 1 vdpbf16ps, 2 AMX; a test on a
+ * path the machine lacks passes having checked nothing. */
+#define N_PATHS 3
 static bool use_path(int i)
 {
-    return tg__gemm_bf16_force(i == 0 ? TG_BF16_CONVERTING : TG_BF16_DPBF16);
+    static const enum tg__bf16_path paths[N_PATHS] = {TG_BF16_CONVERTING, TG_BF16_DPBF16,
+                                                      TG_BF16_AMX};
+    return tg__gemm_bf16_force(paths[i]);
 }
 
 /* Operand values in [-1, 1) whose float32 bits go past bfloat16's: the
@@ -158,11 +161,15 @@ static void check_bf16(int64_t m, int64_t n, int64_t k, bool ta, bool tb, float 
 
 /* Shape classes: tiny, thin (1-4 rows), narrow, a long reduction, odd k,
  * short last tiles in M, N and K past the packed kernels' blocks (14 x 32
- * tiles, 256- and 512-deep pieces), more columns than one packed slice. */
+ * and AMX's 32 x 32 tiles, 512-deep pieces: a last piece of 1 or 7, which
+ * AMX leaves to the vector kernels, of 20 or 76, which it pads to 32 or
+ * 96), more columns than one packed slice, C summed over pieces, and a
+ * thin product whose operands are rounded in three blocks of K. */
 static const int64_t shapes[][3] = {
-    {1, 1, 1},    {3, 5, 7},     {2, 100, 37},  {4, 33, 65},     {17, 9, 3},
-    {64, 64, 64}, {700, 30, 50}, {32, 32, 700}, {47, 71, 513},   {129, 65, 1031},
-    {15, 33, 2},  {200, 96, 257}, {30, 3100, 20}, {300, 200, 128},
+    {1, 1, 1},      {3, 5, 7},       {2, 100, 37},   {4, 33, 65},    {17, 9, 3},
+    {64, 64, 64},   {700, 30, 50},   {32, 32, 700},  {47, 71, 513},  {129, 65, 1031},
+    {15, 33, 2},    {200, 96, 257},  {30, 3100, 20}, {300, 200, 128}, {100, 80, 1100},
+    {65, 97, 2080}, {3, 700, 200},
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
@@ -186,6 +193,7 @@ START_TEST(bf16_gemm_applies_alpha_and_beta)
     check_bf16(47, 71, 513, false, true, -0.75f, 0.5f, false);
     check_bf16(130, 40, 300, true, false, 2.0f, 1.0f, false);
     check_bf16(3, 200, 100, false, false, 1.5f, -1.0f, false);
+    check_bf16(64, 96, 600, false, false, 1.0f, 1.0f, false); /* AMX starts from C's tiles */
     ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
 }
 END_TEST
@@ -268,6 +276,27 @@ START_TEST(bf16_bias_gemm_adds_the_bias_row_and_maps_a_before_rounding)
 }
 END_TEST
 
+/* The run-time choice: a path the machine has (AMX and vdpbf16ps only on
+ * the AVX-512 kernels), and converting when the environment says so. */
+START_TEST(bf16_path_choice_follows_the_cpu_and_the_environment)
+{
+    ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
+    enum tg__bf16_path path = tg__gemm_bf16_in_use();
+    ck_assert(path == TG_BF16_CONVERTING || path == TG_BF16_DPBF16 || path == TG_BF16_AMX);
+    if (path != TG_BF16_CONVERTING)
+        ck_assert(tg__gemm_isa_in_use() == TG_GEMM_ISA_AVX512);
+    ck_assert_int_eq(setenv("TG_BF16_GEMM", "converting", 1), 0);
+    ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
+    ck_assert_int_eq(tg__gemm_bf16_in_use(), TG_BF16_CONVERTING);
+    ck_assert_int_eq(unsetenv("TG_BF16_GEMM"), 0);
+    ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
+    ck_assert_int_eq(tg__gemm_bf16_in_use(), path);
+    /* forcing a path is refused only where the CPU lacks it */
+    ck_assert(tg__gemm_bf16_force(TG_BF16_CONVERTING));
+    ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gemm_bf16");
@@ -281,6 +310,7 @@ int main(void)
                         N_PATHS * N_SHAPES);
     tcase_add_loop_test(gemm, bf16_gemm_applies_alpha_and_beta, 0, N_PATHS);
     tcase_add_test(gemm, gemm_p_sends_bf16_float32_products_to_the_bf16_kernels);
+    tcase_add_test(gemm, bf16_path_choice_follows_the_cpu_and_the_environment);
     tcase_add_loop_test(gemm, bf16_bias_gemm_adds_the_bias_row_and_maps_a_before_rounding, 0,
                         N_PATHS * N_SHAPES);
     tcase_set_timeout(gemm, 120);
