@@ -4,7 +4,27 @@
 #ifndef TG_AFFINE_H
 #define TG_AFFINE_H
 
+#include "gemm.h"
 #include "graph.h"
+
+/* tg__gemm (not forced built-in) at the thread's matmul precision: in a
+ * backward, the engine has set it to the forward's. Every product of the
+ * affine ops goes through it or a bf16-aware fused entry. */
+static inline int tg__gemm_op(tg_dtype dt, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                              int64_t k, double alpha, const void *a, int64_t lda, const void *b,
+                              int64_t ldb, double beta, void *c, int64_t ldc)
+{
+    return tg__gemm_p(dt, tg_matmul_precision(), false, trans_a, trans_b, m, n, k, alpha, a, lda,
+                      b, ldb, beta, c, ldc);
+}
+
+/* True when a float32 product runs on bfloat16 operands now: the fused
+ * float32-only entries (weight and bias gradients in one pass, a small
+ * layer's two gradients in one region) then step aside. */
+static inline bool tg__bf16_products(tg_dtype dt)
+{
+    return dt == TG_FLOAT32 && tg_matmul_precision() == TG_PRECISION_BF16;
+}
 
 /* The checks of tg_affine (x [..., in], weight [out, in], bias [out] or
  * NULL, one float dtype), with errors naming fn. 0, or -1 (recorded). */

@@ -1,6 +1,7 @@
 /* The dynamic graph: ops attach a node to their output as they run, and
  * tg_backward walks the nodes in reverse topological order, accumulating
  * gradients into leaves and freeing the graph behind it. */
+#include "bf16.h"
 #include "graph.h"
 
 #include <stdio.h>
@@ -194,6 +195,25 @@ static bool released_input(tg_op op, int n, const tg_tensor *const *inputs)
     return false;
 }
 
+/* bfloat16 is a storage type: tg_to_dtype is the one op that takes it.
+ * Ops of float math refuse it as they check their inputs (tg__check_float);
+ * the rest (views, concat), whose work is the same for any element size,
+ * are refused here, before their output is handed out. */
+static bool bf16_input(tg_op op, int n, const tg_tensor *const *inputs)
+{
+    if (op == TG_OP_TO_DTYPE)
+        return false;
+    for (int i = 0; i < n; i++) {
+        if (inputs[i] && inputs[i]->dtype == TG_BFLOAT16) {
+            tg__fail(TG_ERR_DTYPE, "tg_%s: input %d is bfloat16 %s, a storage type that only "
+                                   "tg_to_dtype takes (convert it to float32 first)",
+                     tg_op_name(op), i, TG_SHAPE_STR(inputs[i]));
+            return true;
+        }
+    }
+    return false;
+}
+
 /* ---- leaves --------------------------------------------------------------- */
 
 int tg_set_requires_grad(tg_tensor *t, bool requires_grad)
@@ -286,7 +306,7 @@ tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
         return NULL;
     }
     tg__take_nomem(); /* a failure the op got over is not ours to name */
-    if (released_input(op, n, inputs)) {
+    if (released_input(op, n, inputs) || bf16_input(op, n, inputs)) {
         tg_release(out);
         return NULL;
     }
@@ -307,6 +327,7 @@ tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
     node->bytes = node_size(n);
     node->op = op;
     node->backward = backward;
+    node->prec = tg_matmul_precision();
     node->n_inputs = n;
     tg_tensor **in = (tg_tensor **)(node + 1);
     uint64_t *versions = (uint64_t *)(in + n);
@@ -427,9 +448,34 @@ static bool as_rows(const tg_tensor *t, int64_t *rows, int64_t *cols, int64_t *r
         });                                                                   \
     } while (0)
 
+/* A bfloat16 tensor's gradient (the output of tg_to_dtype read by two
+ * conversions back): summed in float32, rounded once per add. */
+static void add_into_bf16(tg_tensor *grad, const tg_tensor *g)
+{
+    int64_t strides[2][TG_MAX_DIMS];
+    memcpy(strides[0], grad->stride, sizeof strides[0]);
+    memcpy(strides[1], g->stride, sizeof strides[1]);
+    tg__iter it;
+    tg__iter_init(&it, g->ndim, g->shape, 2, (const int64_t(*)[TG_MAX_DIMS])strides);
+    if (!it.len)
+        return;
+    do {
+        uint16_t *d = (uint16_t *)tg__ptr(grad) + it.off[0];
+        const uint16_t *s = (const uint16_t *)tg__ptr(g) + it.off[1];
+        for (int64_t j = 0; j < it.len; j++) {
+            float v = tg__f32_from_bf16(d[j * it.inner[0]]) + tg__f32_from_bf16(s[j * it.inner[1]]);
+            d[j * it.inner[0]] = tg__bf16_from_f32(v);
+        }
+    } while (tg__iter_next(&it));
+}
+
 void tg__add_into(tg_tensor *grad, const tg_tensor *g)
 {
     int64_t n = tg__numel(g->ndim, g->shape), rows, cols, drs, srs, rows2, cols2;
+    if (grad->dtype == TG_BFLOAT16) {
+        add_into_bf16(grad, g);
+        return;
+    }
     /* laid out in rows (a weight's gradient, a slice of q/k/v): by rows,
      * one block of them per thread when there are enough */
     if (n > 0 && as_rows(grad, &rows, &cols, &drs) &&
@@ -609,7 +655,9 @@ static int run_node(tg_node *node)
      * so that the anomaly names the op whose backward it is. */
     bool anomaly = anomaly_on;
     anomaly_on = false;
+    tg_precision prec = tg_set_matmul_precision(node->prec);
     int brc = node->backward(node, node->grad, gs);
+    tg_set_matmul_precision(prec);
     anomaly_on = anomaly;
     if (brc < 0) {
         if (clean)

@@ -39,6 +39,9 @@ struct tg_node {
     uint64_t saved_versions[TG_NODE_SAVED];
     double args[TG_NODE_ARGS];       /* scalar arguments (p, eps, exponent...) */
     int64_t iargs[TG_NODE_IARGS];    /* integer arguments (dims, perm...) */
+    /* The matmul precision when the op ran: the engine sets it again while
+     * the op's backward runs, so its products use the forward's. */
+    tg_precision prec;
     /* the output's geometry, to check upstream gradients */
     int out_ndim;
     int64_t out_shape[TG_MAX_DIMS];

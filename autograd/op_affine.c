@@ -83,12 +83,12 @@ static int fused_weight_and_bias_grads(const tg_tensor *gc, const tg_tensor *xv,
 int tg__affine_param_grads(const tg_tensor *gc, const tg_tensor *xv, int64_t rows, int64_t out,
                            int64_t in, tg_tensor *dw, tg_tensor **db)
 {
-    int rc = dw && db && xv->dtype == TG_FLOAT32
+    int rc = dw && db && xv->dtype == TG_FLOAT32 && !tg__bf16_products(xv->dtype)
                  ? fused_weight_and_bias_grads(gc, xv, rows, out, in, dw, db)
                  : 1;
     if (rc != 1)
         return rc;
-    if (dw && tg__gemm(xv->dtype, false, true, false, out, in, rows, 1.0, tg__ptr(gc), out,
+    if (dw && tg__gemm_op(xv->dtype, true, false, out, in, rows, 1.0, tg__ptr(gc), out,
                        tg__ptr(xv), in, 0.0, tg__ptr(dw), in) < 0)
         return -1;
     return db ? bias_grad(gc, db) : 0;
@@ -114,9 +114,10 @@ int tg__affine_grads(tg_node *n, int wi, const tg_tensor *gy, const tg_tensor *x
     int rc = gc && (!want_dxv || (wc && dx)) && (!needs[0] || dw) ? 0 : -1;
     /* a small layer's two products in one region, when they qualify */
     bool both = rc == 0 && dx && dw && xv->dtype == TG_FLOAT32 &&
+                !tg__bf16_products(xv->dtype) &&
                 tg__sgemm_linear_grads(rows, in, out, tg__ptr(gc), tg__ptr(wc), tg__ptr(xv),
                                        beta_dx, tg__ptr(dx), tg__ptr(dw)) == 0;
-    if (rc == 0 && dx && !both && tg__gemm(xv->dtype, false, false, false, rows, in, out, 1.0,
+    if (rc == 0 && dx && !both && tg__gemm_op(xv->dtype, false, false, rows, in, out, 1.0,
                                            tg__ptr(gc), out, tg__ptr(wc), in, beta_dx,
                                            tg__ptr(dx), in) < 0)
         rc = -1;
@@ -175,10 +176,12 @@ static tg_tensor *product(const tg_tensor *xc, const tg_tensor *weight, const tg
     if (y) {
         char *yp = tg__ptr(y);
         /* float32: the bias added as the GEMM writes y, where it can */
+        int (*fused)(bool, int64_t, int64_t, int64_t, const float *, int64_t, const float *,
+                     int64_t, const float *, void (*)(float *, int64_t), float *, int64_t) =
+            tg__bf16_products(xc->dtype) ? tg__sgemm_bias_bf16 : tg__sgemm_bias;
         int rc = bc && xc->dtype == TG_FLOAT32 && (gelu < 0 || gelu == TG_GELU_TANH)
-                     ? tg__sgemm_bias(true, rows, out, in, tg__ptr(xc), in, tg__ptr(wc), in,
-                                      tg__ptr(bc), gelu < 0 ? NULL : tg__gelu_tanh_f32_inplace,
-                                      (float *)yp, out)
+                     ? fused(true, rows, out, in, tg__ptr(xc), in, tg__ptr(wc), in, tg__ptr(bc),
+                             gelu < 0 ? NULL : tg__gelu_tanh_f32_inplace, (float *)yp, out)
                      : 1;
         tg_tensor *a = rc == 1 && gelu >= 0 ? tg__unary(xc, gelu_of(gelu), 0) : NULL;
         if (rc == 1 && gelu >= 0 && !a)
@@ -186,7 +189,7 @@ static tg_tensor *product(const tg_tensor *xc, const tg_tensor *weight, const tg
         if (rc == 1 && bc)
             tg__fill_rows(yp, tg__ptr(bc), tg_dtype_size(xc->dtype), out, rows);
         if (rc == 1)
-            rc = tg__gemm(xc->dtype, false, false, true, rows, out, in, 1.0,
+            rc = tg__gemm_op(xc->dtype, false, true, rows, out, in, 1.0,
                           tg__ptr(a ? a : xc), in, tg__ptr(wc), in, bc ? 1.0 : 0.0, yp, out);
         tg_release(a);
         if (rc < 0) {
@@ -252,7 +255,7 @@ static int gelu_affine_block(tg_node *n, const tg_tensor *hb, const char *gb,
     if (dh) {
         /* gb w: into dh itself when the fused pass follows, else beside it */
         tg_tensor *da = dw ? tg_retain(dh) : tg__empty_uninit(dt, 2, (int64_t[]){nr, in});
-        rc = da ? tg__gemm(dt, false, false, false, nr, in, out, 1.0, gb, out, tg__ptr(wc), in,
+        rc = da ? tg__gemm_op(dt, false, false, nr, in, out, 1.0, gb, out, tg__ptr(wc), in,
                            0.0, tg__ptr(da), in)
                 : -1;
         if (rc == 0 && dw) {
@@ -268,7 +271,7 @@ static int gelu_affine_block(tg_node *n, const tg_tensor *hb, const char *gb,
         a = tg__unary(hb, gelu_of(n->iargs[0]), 0);
     }
     if (rc == 0 && dw)
-        rc = a ? tg__gemm(dt, false, true, false, out, in, nr, 1.0, gb, out, tg__ptr(a), in,
+        rc = a ? tg__gemm_op(dt, true, false, out, in, nr, 1.0, gb, out, tg__ptr(a), in,
                           first ? 0.0 : 1.0, dw, in)
                : -1;
     tg_release(a);
@@ -287,7 +290,7 @@ static int gelu_affine_whole(tg_node *n, const tg_tensor *hc, const tg_tensor *g
 {
     int64_t out = wc->shape[0], in = wc->shape[1], rows = tg__numel(hc->ndim - 1, hc->shape);
     tg_tensor *a = tg__empty_uninit_like(hc);
-    int rc = a ? tg__gemm(TG_FLOAT32, false, false, false, rows, in, out, 1.0, tg__ptr(gc), out,
+    int rc = a ? tg__gemm_op(TG_FLOAT32, false, false, rows, in, out, 1.0, tg__ptr(gc), out,
                           tg__ptr(wc), in, 0.0, tg__ptr(dh), in)
                : -1;
     if (rc == 0) {

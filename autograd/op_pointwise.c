@@ -301,6 +301,11 @@ tg_tensor *tg_silu(const tg_tensor *x)
 
 /* ---- dtype conversion ------------------------------------------------------ */
 
+static bool differentiable_dtype(tg_dtype dtype)
+{
+    return tg__is_float(dtype) || dtype == TG_BFLOAT16;
+}
+
 static int to_dtype_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 {
     grads[0] = tg_to_dtype(g, n->inputs[0]->dtype);
@@ -313,7 +318,8 @@ tg_tensor *tg_to_dtype(const tg_tensor *x, tg_dtype dtype)
     if (!tg_dtype_size(dtype))
         return tg__fail(TG_ERR_DTYPE, "tg_to_dtype: unknown dtype %d", (int)dtype);
     tg_tensor *out = tg__convert(x, dtype);
-    if (!tg__is_float(dtype) || !tg__is_float(x->dtype))
+    /* between float32, float64 and bfloat16 the gradient converts back */
+    if (!differentiable_dtype(dtype) || !differentiable_dtype(x->dtype))
         return tg__ret(out);
     return tg__finish(out, TG_OP_TO_DTYPE, to_dtype_backward, 1, (const tg_tensor *[]){x},
                       NULL);

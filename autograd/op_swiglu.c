@@ -95,7 +95,7 @@ static int swiglu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **gr
     tg_tensor *dw = ok && need_a ? tg__empty_uninit_like(w) : NULL;
     int rc = ok && (!need_da || da) && (!n->needs[1] || dup) && (!need_a || (a && dw)) ? 0 : -1;
     if (rc == 0 && da)
-        rc = tg__gemm(g->dtype, false, false, false, rows, in, out, 1.0, tg__ptr(gc), out,
+        rc = tg__gemm_op(g->dtype, false, false, rows, in, out, 1.0, tg__ptr(gc), out,
                       tg__ptr(wc), in, 0.0, tg__ptr(da), in);
     if (rc == 0 && da)
         tg__swiglu_grads(g->dtype, tg__ptr(gatec), tg__ptr(upc), tg__ptr(da),

@@ -1,7 +1,10 @@
 /* The benchmark program: runs the configs of ../shared/BENCHMARKS.md with
  * tensorgrad and prints one JSON line per config, with the keys, metric names
  * and warmup/repetition counts of ../shared/bench/torch_ref.py, so that
- * bench/compare.py can join the two; a first line says what the library picked. Run: build/bench/bench [--threads N] [CONFIG ...] */
+ * bench/compare.py can join the two; a first line says what the library picked.
+ * Each config runs at each --precision (fp32, then bf16: tg_set_matmul_precision
+ * around the whole config), and its lines say which, as torch_ref.py's do.
+ * Run: build/bench/bench [--threads N] [--precision fp32|bf16|both] [CONFIG ...] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +67,8 @@ static double timed(bench_fn fn, void *ctx, int warmup, int reps)
 }
 
 /* Prints one line as Python's json.dumps does, keys in torch_ref.py's order:
- * config, threads, [extra_head], metric, value, unit, [extra_tail], peak_rss_mb.
+ * config, threads, [extra_head], metric, value, unit, [extra_tail], precision,
+ * peak_rss_mb; the precision is the thread's matmul precision.
  * The extras are preformatted '"key": value' fragments or NULL. */
 static void emit(const char *config, int threads, const char *extra_head, const char *metric,
                  double value, int decimals, const char *unit, const char *extra_tail)
@@ -76,7 +80,8 @@ static void emit(const char *config, int threads, const char *extra_head, const 
            unit);
     if (extra_tail)
         printf("%s, ", extra_tail);
-    printf("\"peak_rss_mb\": %.1f}\n", peak_rss_mb());
+    printf("\"precision\": \"%s\", \"peak_rss_mb\": %.1f}\n",
+           tg_precision_name(tg_matmul_precision()), peak_rss_mb());
     fflush(stdout);
 }
 
@@ -109,10 +114,6 @@ static double peak_for(bool bf16, int threads)
                                                         : peaks.fp32[t];
 }
 
-/* tg_set_matmul_precision where the library has it (the bf16 lines need
- * it); weak, so that a library without it leaves it NULL. */
-extern tg_precision tg_set_matmul_precision(tg_precision p) __attribute__((weak));
-
 /* ---- matmul ----------------------------------------------------------------------- */
 
 typedef struct {
@@ -133,10 +134,11 @@ static int matmul_batch(void *p)
     return 0;
 }
 
-/* The six shapes at one precision, as torch_ref.py's lines plus the
- * precision and the share of peak_for's peak. */
-static int bench_matmul_at(int threads, bool bf16)
+/* The six shapes at the thread's matmul precision, as torch_ref.py's lines
+ * plus the share of peak_for's peak (and, as every line, the precision). */
+static int bench_matmul(int threads)
 {
+    bool bf16 = tg_matmul_precision() == TG_PRECISION_BF16;
     static const int64_t shapes[][3] = {{64, 64, 64},     {256, 256, 256},  {512, 512, 512},
                                         {1024, 1024, 1024}, {1024, 384, 128}, {2048, 1152, 384}};
     int nshapes = quick ? 2 : 6;
@@ -161,24 +163,10 @@ static int bench_matmul_at(int threads, bool bf16)
                  (long long)k);
         double gflops = flops / (dt / c.reps) / 1e9, peak = peak_for(bf16, threads);
         char tail[96];
-        snprintf(tail, sizeof tail, "\"precision\": \"%s\", \"peak_share\": %.3f",
-                 bf16 ? "bf16" : "fp32", peak > 0 ? gflops / peak : 0.0);
+        snprintf(tail, sizeof tail, "\"peak_share\": %.3f", peak > 0 ? gflops / peak : 0.0);
         emit("matmul", threads, shape, "gflops", gflops, 1, "GFLOP/s", tail);
     }
     tg_rng_free(rng);
-    return status;
-}
-
-/* float32, then bfloat16 operands (tg_set_matmul_precision) where the
- * library has them. */
-static int bench_matmul(int threads)
-{
-    int status = bench_matmul_at(threads, false);
-    if (status != 0 || !tg_set_matmul_precision)
-        return status;
-    tg_precision was = tg_set_matmul_precision(TG_PRECISION_BF16);
-    status = bench_matmul_at(threads, true);
-    tg_set_matmul_precision(was);
     return status;
 }
 
@@ -590,11 +578,13 @@ enum { NBENCH = sizeof benches / sizeof benches[0] };
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench [--threads N] [--quick] [CONFIG ...]\n"
+    fprintf(f, "usage: bench [--threads N] [--precision fp32|bf16|both] [--quick] [CONFIG ...]\n"
                "  runs every config when none is named; configs:");
     for (int i = 0; i < NBENCH; i++)
         fprintf(f, " %s", benches[i].name);
     fprintf(f, "\n  --threads N  threads for the library and OpenBLAS (default 2)\n"
+               "  --precision  the matmul precision of the runs: fp32, bf16 or both\n"
+               "               (default: both, each config at fp32 then at bf16)\n"
                "  --quick      tiny sizes: a smoke test, not a measurement\n");
 }
 
@@ -652,6 +642,7 @@ static int find_bench(const char *name)
 int main(int argc, char **argv)
 {
     int threads = 2, chosen[NBENCH] = {0}, any = 0;
+    bool precisions[2] = {true, true}; /* fp32, bf16 */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -668,6 +659,15 @@ int main(int argc, char **argv)
                 return 2;
             }
             threads = (int)v;
+        } else if (strcmp(a, "--precision") == 0) {
+            val = i + 1 < argc ? argv[++i] : "";
+            bool both = strcmp(val, "both") == 0;
+            precisions[0] = both || strcmp(val, "fp32") == 0;
+            precisions[1] = both || strcmp(val, "bf16") == 0;
+            if (!precisions[0] && !precisions[1]) {
+                fprintf(stderr, "bench: --precision takes fp32, bf16 or both\n");
+                return 2;
+            }
         } else if (find_bench(a) >= 0) {
             chosen[find_bench(a)] = any = 1;
         } else {
@@ -686,10 +686,12 @@ int main(int argc, char **argv)
     /* Each config starts without the buffers the one before left cached, so
      * its peak RSS is its own (ru_maxrss only ever grows). */
     for (int i = 0; i < NBENCH; i++)
-        if (!any || chosen[i]) {
-            failed |= benches[i].run(threads) != 0;
-            tg_release_cached_memory();
-        }
+        for (int p = 0; p < 2; p++)
+            if ((!any || chosen[i]) && precisions[p]) {
+                tg_set_matmul_precision(p ? TG_PRECISION_BF16 : TG_PRECISION_FLOAT32);
+                failed |= benches[i].run(threads) != 0;
+                tg_release_cached_memory();
+            }
     if (tg_live_tensors() != 0)
         fprintf(stderr, "bench: %lld tensors still alive at exit\n",
                 (long long)tg_live_tensors());

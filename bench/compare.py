@@ -3,12 +3,15 @@
 (../shared/bench/torch_ref.py; bench/torch_llama.py for the llama-* configs,
 bench/torch_seq2seq.py for seq2seq)
 alternately, several rounds in one session, and prints a markdown table: the
-best result per config per side, and the ratio.
+best result per config for tensorgrad at fp32 and at bf16 (bench runs both
+matmul precisions), PyTorch at float32 and with its bfloat16 autocast (the
+references' --bf16), and the ratio of tensorgrad's best against PyTorch's
+best setting, naming which. bench measures the CPU's peaks at start (its
+first line: fp32_peak_gflops, dpbf16_peak_gflops, amx_peak_gflops, each on
+1 and on all threads) and gives each matmul line its share of the peak it is
+bound by (peak_share), which the table shows beside the figure.
 
-    /usr/bin/python3 bench/compare.py [--rounds 3] [--configs gpt-small encoder] [--bf16]
-
---bf16 also runs PyTorch's bfloat16 autocast setting (the references'
---bf16) and gives tensorgrad's ratio against it in two more columns.
+    /usr/bin/python3 bench/compare.py [--rounds 3] [--configs gpt-small encoder] [--no-torch-bf16]
 
 Each side runs at --threads 1 and at --threads 2 in every round; what counts
 per config is the best single measurement over all its rounds and thread
@@ -30,6 +33,18 @@ def repo_root():
     return pathlib.Path(__file__).resolve().parent.parent
 
 
+PEAKS = {}  # "fp32", "dpbf16", "amx" -> [GFLOP/s on 1 thread, on bench's threads]
+
+
+def note_peaks(info):
+    """Keeps the peaks bench measured at start, the highest seen of each."""
+    for unit in ("fp32", "dpbf16", "amx"):
+        v = info.get(f"{unit}_peak_gflops")
+        if isinstance(v, list) and len(v) == 2:
+            old = PEAKS.get(unit, [0, 0])
+            PEAKS[unit] = [max(a, b) for a, b in zip(old, v)]
+
+
 def run(cmd):
     """Runs one benchmark process; returns its JSON lines as dicts."""
     print("  $", " ".join(cmd), file=sys.stderr, flush=True)
@@ -47,6 +62,7 @@ def run(cmd):
                 continue
             if row.get("config") == "info":  # what the library picked, not a measurement
                 print(f"  {line}", file=sys.stderr)
+                note_peaks(row)
             else:
                 rows.append(row)
     return rows
@@ -68,17 +84,23 @@ def better(a, b):
 
 
 def collect(best, rss, rows):
+    """best[(key, precision)]: the best line; rss[precision]: gpt-medium's peak RSS."""
     for r in rows:
-        k = key_of(r)
+        k = (key_of(r), r.get("precision", "fp32"))
         if k not in best or better(r, best[k]):
             best[k] = r
         if r["config"] == "gpt-medium":
-            rss.append(r["peak_rss_mb"])
+            rss.setdefault(k[1], []).append(r["peak_rss_mb"])
 
 
 def fmt(row):
+    if not row:
+        return "—"
     d = DECIMALS.get(row["unit"], 2)
-    return f"{row['value']:.{d}f} {row['unit']} ({row['threads']} thr)"
+    text = f"{row['value']:.{d}f} {row['unit']} ({row['threads']} thr)"
+    if row.get("peak_share"):
+        text += f", {100 * row['peak_share']:.0f}% of peak"
+    return text
 
 
 def speed_ratio(tg, pt):
@@ -110,28 +132,34 @@ def machine_line():
             f"PyTorch {torch_version or '?'}, {datetime.date.today().isoformat()}")
 
 
-def cells(tg, pt):
-    ratio = f"{speed_ratio(tg, pt):.2f}×" if tg and pt else "—"
-    return f"{fmt(pt) if pt else '—'} | {ratio}"
+def best_of(rows):
+    """The best of the rows that exist, and its precision; (None, None) if none."""
+    rows = [r for r in rows if r]
+    if not rows:
+        return None, None
+    b = rows[0]
+    for r in rows[1:]:
+        if better(r, b):
+            b = r
+    return b, b.get("precision", "fp32")
 
 
-def table(tg_best, pt_best, tg_rss, pt_rss, order, bf16_best=None):
-    head = "| config | tensorgrad | PyTorch float32 | ratio |"
-    rule = "|---|---|---|---|"
-    if bf16_best is not None:
-        head += " PyTorch bf16 autocast | ratio |"
-        rule += "---|---|"
-    lines = [head, rule]
+def table(tg_best, pt_best, tg_rss, pt_rss, order):
+    lines = ["| config | tensorgrad fp32 | tensorgrad bf16 | PyTorch fp32 | PyTorch bf16 autocast "
+             "| tensorgrad best / PyTorch best |",
+             "|---|---|---|---|---|---|"]
     for k in order:
-        tg = tg_best.get(k)
-        line = f"| {k} | {fmt(tg) if tg else '—'} | {cells(tg, pt_best.get(k))} |"
-        if bf16_best is not None:
-            line += f" {cells(tg, bf16_best.get(k))} |"
-        lines.append(line)
-    if tg_rss and pt_rss:
-        a, b = min(tg_rss), min(pt_rss)
-        lines.append(f"| peak RSS, gpt-medium training | {a:.1f} MB | {b:.1f} MB | "
-                     f"{a / b:.2f}× of PyTorch's |")
+        tg = [tg_best.get((k, p)) for p in ("fp32", "bf16")]
+        pt = [pt_best.get((k, p)) for p in ("fp32", "bf16")]
+        (t, tp), (q, qp) = best_of(tg), best_of(pt)
+        ratio = f"{speed_ratio(t, q):.2f}× ({tp} vs PyTorch {qp})" if t and q else "—"
+        lines.append(f"| {k} | {fmt(tg[0])} | {fmt(tg[1])} | {fmt(pt[0])} | {fmt(pt[1])} "
+                     f"| {ratio} |")
+    for p in ("fp32", "bf16"):
+        if tg_rss.get(p) and pt_rss.get(p):
+            a, b = min(tg_rss[p]), min(pt_rss[p])
+            lines.append(f"| peak RSS, gpt-medium training, {p} | {a:.1f} MB | | {b:.1f} MB | "
+                         f"| {a / b:.2f}× of PyTorch's |")
     return "\n".join(lines)
 
 
@@ -148,8 +176,8 @@ def main():
                     help="PyTorch reference of the llama-* configs (default: bench/torch_llama.py)")
     ap.add_argument("--torch-seq2seq", default=str(root / "bench" / "torch_seq2seq.py"),
                     help="PyTorch reference of the seq2seq config (default: bench/torch_seq2seq.py)")
-    ap.add_argument("--bf16", action="store_true",
-                    help="also run PyTorch's bfloat16 autocast setting (its --bf16)")
+    ap.add_argument("--no-torch-bf16", action="store_true",
+                    help="skip PyTorch's bfloat16 autocast setting (its --bf16), run by default")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of both sides (default 3)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                     help="thread counts tried on each side (default 1 2)")
@@ -169,14 +197,14 @@ def main():
 
     raw = open(a.raw, "a") if a.raw else None
     run_id = datetime.datetime.now().isoformat(timespec="seconds")  # one file may gather several runs
-    sides = {"tensorgrad": ({}, []), "pytorch": ({}, []), "pytorch-bf16": ({}, [])}
+    sides = {"tensorgrad": ({}, {}), "pytorch": ({}, {})}
     order = []
     for rnd in range(a.rounds):
         print(f"round {rnd + 1}/{a.rounds}", file=sys.stderr, flush=True)
         for t in a.threads:  # alternate: tensorgrad, then PyTorch, at each thread count
             for side, cmd in runs(a, t):
                 rows = run(cmd)
-                collect(*sides[side], rows)
+                collect(*sides[side.split("-")[0]], rows)
                 for r in rows:
                     if key_of(r) not in order:
                         order.append(key_of(r))
@@ -196,7 +224,7 @@ def runs(a, t):
     seq2seq = [c for c in a.configs if c in SEQ2SEQ_CONFIGS]
     out = [("tensorgrad", [a.bench, "--threads", str(t)] + a.configs)]
     for side, extra in (("pytorch", []), ("pytorch-bf16", ["--bf16"])):
-        if extra and not a.bf16:
+        if extra and a.no_torch_bf16:
             continue
         for script, names in ((a.torch_ref, ref), (a.torch_llama, llama),
                               (a.torch_seq2seq, seq2seq)):
@@ -208,21 +236,28 @@ def runs(a, t):
 def print_table(sides, order):
     print()
     (tg_best, tg_rss), (pt_best, pt_rss) = sides["tensorgrad"], sides["pytorch"]
-    bf16_best = sides["pytorch-bf16"][0] or None
-    print(table(tg_best, pt_best, tg_rss, pt_rss, order, bf16_best))
+    print(table(tg_best, pt_best, tg_rss, pt_rss, order))
     print()
-    print("ratio = tensorgrad speed / PyTorch speed (> 1: tensorgrad is faster); "
-          "for peak RSS, tensorgrad's MB / PyTorch's (< 1: tensorgrad uses less).")
+    print("ratio = tensorgrad's best setting's speed / PyTorch's best setting's speed (> 1: "
+          "tensorgrad is faster), each setting named; for peak RSS, tensorgrad's MB / PyTorch's "
+          "(< 1: tensorgrad uses less).")
+    for unit, (one, all_) in PEAKS.items():
+        if all_ > 0:
+            print(f"{unit} peak measured by bench: {one:.0f} GFLOP/s on 1 thread, "
+                  f"{all_:.0f} on all")
 
 
 def report_from_raw(path):
-    sides = {"tensorgrad": ({}, []), "pytorch": ({}, []), "pytorch-bf16": ({}, [])}
+    sides = {"tensorgrad": ({}, {}), "pytorch": ({}, {})}
     order, rounds = [], set()
     with open(path) as f:
         for line in f:
             if line.strip():
                 r = json.loads(line)
-                collect(*sides[r["side"]], [r])
+                if r.get("config") == "info":
+                    note_peaks(r)
+                    continue
+                collect(*sides[r["side"].split("-")[0]], [r])
                 rounds.add((r.get("run"), r.get("round")))  # round numbers restart in each run
                 if key_of(r) not in order:
                     order.append(key_of(r))

@@ -25,7 +25,7 @@ static const char usage_text[] =
     "usage: gpt train [--arch gpt|llama] [--config task|tiny|small|medium]\n"
     "                 [--data FILE] [--steps N] [--batch N] [--lr X] [--seed N]\n"
     "                 [--eval-every N] [--out FILE] [--svg FILE] [--resume FILE]\n"
-    "                 [--stop-at STEP] [--save-every N]\n"
+    "                 [--stop-at STEP] [--save-every N] [--precision fp32|bf16]\n"
     "       gpt sample --ckpt FILE [--prompt TEXT] [--tokens N] [--temperature T]\n"
     "                  [--top-k K] [--top-p P] [--seed N] [--greedy]\n"
     "       gpt [train|sample] --help\n"
@@ -38,6 +38,10 @@ static const char usage_text[] =
     "widths task 2/384, tiny 1/96, small 2/384, medium 2/1024. Without position\n"
     "embeddings it learns the task more slowly: give it --steps 4000 --batch 32.\n"
     "A checkpoint records its architecture; --resume and sample read it there.\n"
+    "--precision bf16 (default fp32) runs the model's matrix products on bfloat16\n"
+    "operands with float32 sums, forward and backward; parameters, gradients, the\n"
+    "optimizer, norms, softmax and the loss stay float32. The checkpoint records it\n"
+    "and --resume keeps it unless given; sample always runs in float32.\n"
     "--out (default gpt.safetensors) is written every --save-every steps (default\n"
     "500: a save costs about one step, and a run killed or preempted loses at most\n"
     "500 steps; 0 saves only at the end) and at the end. Ctrl-C or SIGTERM stops\n"
@@ -51,7 +55,7 @@ static const char usage_text[] =
 /* ---- the command line -------------------------------------------------------- */
 
 typedef struct {
-    const char *arch, *data, *config, *out, *svg, *resume, *ckpt, *prompt;
+    const char *arch, *data, *config, *out, *svg, *resume, *ckpt, *prompt, *precision;
     int64_t steps, batch, seed, eval_every, stop_at, save_every, tokens, top_k;
     double lr, temperature, top_p;
     bool greedy, set_steps, set_batch, set_lr;
@@ -120,7 +124,8 @@ static int parse_options(int argc, char **argv, bool train, options *o)
 {
     static const char *const train_only[] = {"--arch", "--data", "--config", "--steps",
                                              "--batch", "--lr", "--eval-every", "--out", "--svg",
-                                             "--resume", "--stop-at", "--save-every", NULL};
+                                             "--resume", "--stop-at", "--save-every",
+                                             "--precision", NULL};
     static const char *const sample_only[] = {"--ckpt", "--prompt", "--tokens",
                                               "--temperature", "--top-k", "--top-p",
                                               "--greedy", NULL};
@@ -152,6 +157,7 @@ static int parse_options(int argc, char **argv, bool train, options *o)
         else if (!strcmp(name, "--resume")) o->resume = v;
         else if (!strcmp(name, "--ckpt")) o->ckpt = v;
         else if (!strcmp(name, "--prompt")) o->prompt = v;
+        else if (!strcmp(name, "--precision")) o->precision = v;
         else if (!strcmp(name, "--steps")) r = &gpt_steps_range, iv = &o->steps, o->set_steps = true;
         else if (!strcmp(name, "--batch")) r = &gpt_batch_range, iv = &o->batch, o->set_batch = true;
         else if (!strcmp(name, "--lr")) r = &gpt_lr_range, dv = &o->lr, o->set_lr = true;
@@ -183,6 +189,7 @@ typedef struct {
     tg_rng *data_rng;
     int64_t T, batch, steps, eval_every, step; /* step: steps done */
     double lr;
+    bool bf16;                                 /* --precision bf16 */
     double *loss, *val;                        /* per step; val NAN when not measured */
     const char *failure;                       /* why a step failed, if not the library */
 } trainer;
@@ -353,7 +360,8 @@ static void progress(const trainer *tr, int64_t first, double started, bool tty)
 static int save_run(const char *path, const trainer *tr, const dataset *d)
 {
     gpt_run run = {tr->model, &tr->params, tr->opt, tr->data_rng, &d->vocab,
-                   {tr->steps, tr->batch, tr->eval_every, tr->lr, d->task}, tr->loss, tr->val,
+                   {tr->steps, tr->batch, tr->eval_every, tr->lr, d->task, tr->bf16}, tr->loss,
+                   tr->val,
                    tr->step};
     return gpt_checkpoint_save(path, &run);
 }
@@ -391,6 +399,7 @@ static int resume(const char *path, const tg_params *ck, trainer *tr, const opti
     tr->batch = o->set_batch ? o->batch : s.batch;
     tr->lr = o->set_lr ? o->lr : s.lr;
     tr->eval_every = o->eval_every ? o->eval_every : s.eval_every;
+    tr->bf16 = o->precision ? !strcmp(o->precision, "bf16") : s.bf16;
     tr->step = tg_optim_steps(tr->opt);
     if (tr->step >= tr->steps)
         return fprintf(stderr, "gpt: %s already ran %lld of %lld steps; give more --steps\n",
@@ -444,6 +453,9 @@ static int setup(const options *o, dataset *d, trainer *tr, tg_params *ck)
         return usage_error("--arch: unknown '%s' (gpt or llama)", escaped(o->arch, e, sizeof e));
     if (!lm_config_named(arch, o->config, 0, &c))
         return usage_error("--config: unknown '%s' (task, tiny, small or medium)", o->config);
+    if (o->precision && strcmp(o->precision, "fp32") && strcmp(o->precision, "bf16"))
+        return usage_error("--precision: unknown '%s' (fp32 or bf16)",
+                           escaped(o->precision, e, sizeof e));
     d->task = !o->data;
     if (o->resume) {
         gpt_vocab saved;
@@ -501,6 +513,7 @@ static int prepare(const options *o, dataset *d, trainer *tr, tg_params *ck)
     tr->steps = o->steps;
     tr->batch = o->batch;
     tr->lr = o->lr;
+    tr->bf16 = o->precision && !strcmp(o->precision, "bf16");
     tr->eval_every = o->eval_every ? o->eval_every : tr->steps / 20 > 100 ? 100
                                                      : tr->steps / 20 < 1 ? 1 : tr->steps / 20;
     return alloc_history(tr);
@@ -567,8 +580,10 @@ static void describe(const trainer *tr, const dataset *d, const options *o)
            lm_config_of(tr->model)->arch == LM_LLAMA ? "a Llama " : "",
            d->task ? "3-digit addition (built-in task)" : o->data, shape,
            (long long)tg_params_numel(&tr->params));
-    printf("AdamW lr %g (warmup + cosine), batch %lld, steps %lld%s\n", tr->lr,
-           (long long)tr->batch, (long long)tr->steps, o->resume ? ", resumed" : "");
+    printf("AdamW lr %g (warmup + cosine), batch %lld, steps %lld, precision %s%s\n", tr->lr,
+           (long long)tr->batch, (long long)tr->steps,
+           tr->bf16 ? "bf16 (bfloat16 products, float32 sums)" : "fp32",
+           o->resume ? ", resumed" : "");
     if (!d->task)
         printf("text: %lld characters for training, %lld for validation\n",
                (long long)d->n_train, (long long)d->n_val);
@@ -626,6 +641,8 @@ static int cmd_train(int argc, char **argv)
     tg_params_clear(&ck);
     if (!rc) {
         describe(&tr, &d, &o);
+        /* the whole run on this thread: every step's forward and backward */
+        tg_set_matmul_precision(tr.bf16 ? TG_PRECISION_BF16 : TG_PRECISION_FLOAT32);
         rc = train_loop(&tr, &d, &o);
     }
     if (!rc && tr.step > 0)

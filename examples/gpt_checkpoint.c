@@ -301,21 +301,26 @@ int gpt_checkpoint_load_settings(const char *path, const tg_params *ck, gpt_sett
     tg_tensor *t = find(path, ck, "train.settings", TG_FLOAT64, 1);
     if (!t)
         return 1;
-    if (tg_size(t, 0) != 5)
-        return bad(path, "train.settings has %lld values, not 5", (long long)tg_size(t, 0));
-    const double *v = tg_data(t); /* steps, batch, lr, task, eval_every */
+    /* a run from before --precision has 5: it was float32 */
+    int64_t n = tg_size(t, 0);
+    if (n != 5 && n != 6)
+        return bad(path, "train.settings has %lld values, not 5 or 6", (long long)n);
+    const double *v = tg_data(t); /* steps, batch, lr, task, eval_every[, bf16] */
     static const gpt_range *const ranges[] = {&gpt_steps_range, &gpt_batch_range, &gpt_lr_range,
-                                              NULL, &gpt_eval_every_range};
+                                              NULL, &gpt_eval_every_range, NULL};
+    static const char *const flags[] = {NULL, NULL, NULL, "task", NULL, "precision"};
     char where[1100], text[40];
     snprintf(where, sizeof where, " from %s", path);
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < n; i++) {
         snprintf(text, sizeof text, "%.17g", v[i]);
         if (ranges[i] && !gpt_in_range(ranges[i], v[i]))
             return gpt_range_error(ranges[i], where, text), 1;
         if (!ranges[i] && v[i] != 0 && v[i] != 1)
-            return bad(path, "its task flag (train.settings[3]) is %s, not 0 or 1", text);
+            return bad(path, "its %s flag (train.settings[%d]) is %s, not 0 or 1", flags[i], i,
+                       text);
     }
-    *s = (gpt_settings){(int64_t)v[0], (int64_t)v[1], (int64_t)v[4], v[2], v[3] != 0};
+    *s = (gpt_settings){(int64_t)v[0], (int64_t)v[1], (int64_t)v[4], v[2], v[3] != 0,
+                        n == 6 && v[5] != 0};
     return 0;
 }
 
@@ -373,8 +378,8 @@ int gpt_checkpoint_save(const char *path, const gpt_run *run)
     for (int i = 0; i < run->vocab->size; i++)
         vocab[i] = run->vocab->chars[i];
     const gpt_settings *s = &run->settings;
-    double settings[5] = {(double)s->steps, (double)s->batch, s->lr, s->task,
-                          (double)s->eval_every};
+    double settings[6] = {(double)s->steps, (double)s->batch, s->lr,
+                          s->task,           (double)s->eval_every, s->bf16};
     int64_t n = run->step > 0 ? run->step : 1;
     tg_tensor *hist = tg_zeros(TG_FLOAT64, 2, (int64_t[]){n, 2});
     double *h = hist ? tg_data(hist) : NULL;
@@ -390,7 +395,7 @@ int gpt_checkpoint_save(const char *path, const gpt_run *run)
     rc |= add_config(&ps, c);
     rc |= add_owned(&ps, "gpt.vocab",
                     tg_from_data(TG_INT64, 1, (int64_t[]){run->vocab->size}, vocab));
-    rc |= add_owned(&ps, "train.settings", tg_from_data(TG_FLOAT64, 1, (int64_t[]){5}, settings));
+    rc |= add_owned(&ps, "train.settings", tg_from_data(TG_FLOAT64, 1, (int64_t[]){6}, settings));
     rc |= add_owned(&ps, "train.history", hist);
     rc |= add_owned(&ps, "train.rng_data", tg_rng_state_tensor(run->data_rng));
     if (lm_rng(run->model)) /* a model with dropout */

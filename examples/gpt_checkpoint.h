@@ -35,6 +35,7 @@ typedef struct {
     int64_t steps, batch, eval_every;
     double lr;
     bool task; /* the built-in addition task rather than a --data file */
+    bool bf16; /* trained with --precision bf16 */
 } gpt_settings;
 
 /* What a checkpoint records of a run (all borrowed): loss and val hold the

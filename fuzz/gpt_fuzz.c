@@ -151,6 +151,7 @@ static void set_element(tg_tensor *t, int64_t i, gpt_fuzz_input *in)
     case TG_FLOAT64: ((double *)data)[i] = gpt_fuzz_double(in); break;
     case TG_INT64: ((int64_t *)data)[i] = gpt_fuzz_int(in); break;
     case TG_BOOL: ((bool *)data)[i] = gpt_fuzz_byte(in) & 1; break;
+    case TG_BFLOAT16: ((uint16_t *)data)[i] = (uint16_t)gpt_fuzz_int(in); break; /* any bits */
     }
 }
 

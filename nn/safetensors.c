@@ -18,11 +18,12 @@
 static const struct {
     const char *code;
     tg_dtype dtype;
-} dtype_codes[] = {{"F32", TG_FLOAT32}, {"F64", TG_FLOAT64}, {"I64", TG_INT64}, {"BOOL", TG_BOOL}};
+} dtype_codes[] = {{"F32", TG_FLOAT32}, {"F64", TG_FLOAT64}, {"BF16", TG_BFLOAT16},
+                   {"I64", TG_INT64},   {"BOOL", TG_BOOL}};
 
 /* safetensors dtypes that tensorgrad has no type for: named as unsupported
  * rather than unknown, so the message says what to convert. */
-static const char *const unsupported_codes[] = {"F16", "BF16", "F8_E4M3", "F8_E5M2", "I8", "I16",
+static const char *const unsupported_codes[] = {"F16", "F8_E4M3", "F8_E5M2", "I8", "I16",
                                                 "I32", "U8", "U16", "U32", "U64"};
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -368,7 +369,7 @@ static int parse_dtype(const st_file *f, const char *name, const tg__json *v, en
     for (size_t i = 0; i < COUNT(unsupported_codes); i++)
         if (strcmp(v->string, unsupported_codes[i]) == 0)
             return bad(f, "tensor '%s' has unsupported dtype '%s' (tensorgrad reads F32, F64, "
-                       "I64 and BOOL)", name, v->string);
+                       "BF16, I64 and BOOL)", name, v->string);
     return bad(f, "tensor '%s' has unknown dtype '%s'", name, v->string);
 }
 

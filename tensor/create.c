@@ -1,6 +1,7 @@
 /* Creating tensors: constants, ranges, copies of C arrays (and C arrays
  * copied into existing tensors), random tensors from a seeded generator,
  * and the causal mask. */
+#include "bf16.h"
 #include "internal.h"
 
 #include <string.h>
@@ -22,6 +23,12 @@ static void fill(tg_tensor *t, double value)
     case TG_FLOAT64: for (int64_t i = 0; i < n; i++) ((double *)p)[i] = value; break;
     case TG_INT64: for (int64_t i = 0; i < n; i++) ((int64_t *)p)[i] = (int64_t)value; break;
     case TG_BOOL: for (int64_t i = 0; i < n; i++) ((bool *)p)[i] = value != 0; break;
+    case TG_BFLOAT16: {
+        uint16_t h = tg__bf16_from_f32((float)value);
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)p)[i] = h;
+        break;
+    }
     }
 }
 
@@ -62,8 +69,9 @@ tg_tensor *tg_arange(tg_dtype dtype, double start, double end, double step)
 {
     if (!known_dtype(__func__, dtype))
         return NULL;
-    if (dtype == TG_BOOL)
-        return tg__fail(TG_ERR_DTYPE, "tg_arange: bool is not a numeric dtype");
+    if (dtype == TG_BOOL || dtype == TG_BFLOAT16)
+        return tg__fail(TG_ERR_DTYPE, "tg_arange: %s is not a dtype it makes",
+                        tg_dtype_name(dtype));
     if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
         return tg__fail(TG_ERR_VALUE, "tg_arange: start %g, end %g, step %g do not make a range",
                         start, end, step);
@@ -83,7 +91,7 @@ tg_tensor *tg_arange(tg_dtype dtype, double start, double end, double step)
         case TG_FLOAT32: ((float *)p)[i] = (float)v; break;
         case TG_FLOAT64: ((double *)p)[i] = v; break;
         case TG_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
-        case TG_BOOL: break;
+        case TG_BOOL: case TG_BFLOAT16: break; /* refused above */
         }
     }
     return tg__ret(t);

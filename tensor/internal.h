@@ -190,7 +190,7 @@ tg_tensor *tg__convert(const tg_tensor *t, tg_dtype dtype);
 /* tg_dtype_size, inlined: kernels ask for it once per row. */
 static inline size_t tg__elem_size(tg_dtype dtype)
 {
-    return dtype == TG_BOOL ? 1 : dtype == TG_FLOAT32 ? 4 : 8;
+    return dtype == TG_BOOL ? 1 : dtype == TG_BFLOAT16 ? 2 : dtype == TG_FLOAT32 ? 4 : 8;
 }
 /* Marks t's storage (and so every view of it) as written in place: call it
  * wherever the library writes into a tensor the user holds or hands out

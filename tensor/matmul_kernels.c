@@ -88,7 +88,7 @@ static int product(tg_tensor *out, const mm_operand *oa, const mm_operand *ob,
         off_a += idx * oa->bstride[d];
         off_b += idx * ob->bstride[d];
     }
-    return tg__gemm(out->dtype, builtin, oa->trans, ob->trans, m, n, k, 1.0,
+    return tg__gemm_p(out->dtype, tg_matmul_precision(), builtin, oa->trans, ob->trans, m, n, k, 1.0,
                     oa->data + off_a * (int64_t)es, oa->ld, ob->data + off_b * (int64_t)es, ob->ld,
                     0.0, (char *)tg__ptr(out) + i * m * n * (int64_t)es, n);
 }

@@ -1,6 +1,7 @@
 /* Printing tensors the way PyTorch 1.13's repr does: one number format for
  * all elements (integer-valued, fixed or scientific), right-aligned columns,
  * nested brackets, and the middle of large dims elided with "...". */
+#include "bf16.h"
 #include "internal.h"
 
 #include <limits.h>
@@ -61,9 +62,16 @@ typedef struct {
     double min_abs, max_abs;
 } formatter;
 
+static bool has_float_values(tg_dtype dtype)
+{
+    return tg__is_float(dtype) || dtype == TG_BFLOAT16;
+}
+
 static double read_float(const tg_tensor *t, int64_t off)
 {
     const char *p = (const char *)t->storage->data + (size_t)off * tg_dtype_size(t->dtype);
+    if (t->dtype == TG_BFLOAT16)
+        return tg__f32_from_bf16(*(const uint16_t *)p);
     return t->dtype == TG_FLOAT32 ? (double)*(const float *)p : *(const double *)p;
 }
 
@@ -123,7 +131,7 @@ static void gather_stats(formatter *f, int64_t off)
 
 static void widen(formatter *f, int64_t off)
 {
-    if (tg__is_float(f->t->dtype)) {
+    if (has_float_values(f->t->dtype)) {
         double v = read_float(f->t, off);
         if (!isfinite(v) || v == 0) /* PyTorch sizes columns by these only */
             return;
@@ -137,7 +145,7 @@ static void widen(formatter *f, int64_t off)
 static void formatter_init(formatter *f, const tg_tensor *t, bool summarize)
 {
     *f = (formatter){.t = t, .int_mode = true, .width = 1};
-    if (tg__is_float(t->dtype)) {
+    if (has_float_values(t->dtype)) {
         walk(f, 0, t->offset, summarize, gather_stats);
         if (!f->any)
             return; /* only zeros, infs and nans: "0." style, width 1 */
@@ -256,8 +264,9 @@ static void put_suffixes(sbuf *b, const tg_tensor *t, int indent)
             snprintf(s, sizeof s, "dtype=torch.%s", tg_dtype_name(t->dtype));
             put_suffix(b, s, indent, &line_len);
         }
-    } else if (t->dtype == TG_FLOAT64) {
-        put_suffix(b, "dtype=torch.float64", indent, &line_len);
+    } else if (t->dtype == TG_FLOAT64 || t->dtype == TG_BFLOAT16) {
+        snprintf(s, sizeof s, "dtype=torch.%s", tg_dtype_name(t->dtype));
+        put_suffix(b, s, indent, &line_len);
     }
     /* An op's output would show grad_fn=<...> in PyTorch; we show nothing. */
     if (t->requires_grad && !t->node)

@@ -1,5 +1,6 @@
 /* Tensor lifetime and geometry: reference counting of tensors and their
  * storage, allocation, views over shared storage, and the accessors. */
+#include "bf16.h"
 #include "internal.h"
 
 #include <sched.h>
@@ -291,6 +292,7 @@ size_t tg_dtype_size(tg_dtype dtype)
     case TG_FLOAT64: return 8;
     case TG_INT64: return 8;
     case TG_BOOL: return 1;
+    case TG_BFLOAT16: return 2;
     }
     return 0;
 }
@@ -302,6 +304,7 @@ const char *tg_dtype_name(tg_dtype dtype)
     case TG_FLOAT64: return "float64";
     case TG_INT64: return "int64";
     case TG_BOOL: return "bool";
+    case TG_BFLOAT16: return "bfloat16";
     }
     return "unknown";
 }
@@ -614,6 +617,8 @@ static void copy_serial(tg_tensor *dst, const tg_tensor *src)
             /* strided rows (a transpose, say): typed loads, not a memcpy call each */
             if (ds == 4)
                 COPY_ROW(uint32_t);
+            else if (ds == 2)
+                COPY_ROW(uint16_t);
             else if (ds == 8)
                 COPY_ROW(uint64_t);
             else
@@ -631,12 +636,15 @@ static void copy_serial(tg_tensor *dst, const tg_tensor *src)
             case TG_FLOAT64: v = *(const double *)from; break;
             case TG_INT64: v = (double)*(const int64_t *)from; break;
             case TG_BOOL: v = *(const bool *)from; break;
+            case TG_BFLOAT16: v = tg__f32_from_bf16(*(const uint16_t *)from); break;
             }
             switch (dst->dtype) {
             case TG_FLOAT32: *(float *)to = (float)v; break;
             case TG_FLOAT64: *(double *)to = v; break;
             case TG_INT64: *(int64_t *)to = (int64_t)v; break;
             case TG_BOOL: *(bool *)to = v != 0; break;
+            /* through float32: exact from float32, the case that matters */
+            case TG_BFLOAT16: *(uint16_t *)to = tg__bf16_from_f32((float)v); break;
             }
         }
     } while (tg__iter_next(&it));
@@ -726,6 +734,7 @@ static double read_element(const tg_tensor *t, int64_t offset)
     case TG_FLOAT64: return *(const double *)p;
     case TG_INT64: return (double)*(const int64_t *)p;
     case TG_BOOL: return *(const bool *)p;
+    case TG_BFLOAT16: return tg__f32_from_bf16(*(const uint16_t *)p);
     }
     return NAN;
 }

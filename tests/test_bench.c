@@ -58,16 +58,16 @@ START_TEST(bench_prints_one_json_line_per_config_with_reference_keys)
 {
     static char out[1 << 16];
     ck_assert_int_eq(run_bench("--quick --threads 1 matmul attn-toy", out, sizeof out), 0);
-    static const char *const matmul_keys[] = {"config", "threads",   "shape",    "metric",
-                                              "value",  "unit",      "precision", "peak_share",
-                                              "peak_rss_mb"};
-    static const char *const toy_keys[] = {"config", "threads", "metric",     "value",
-                                           "unit",   "final_loss", "peak_rss_mb"};
+    static const char *const matmul_keys[] = {"config",     "threads",   "shape",
+                                              "metric",     "value",     "unit",
+                                              "peak_share", "precision", "peak_rss_mb"};
+    static const char *const toy_keys[] = {"config",     "threads",   "metric",     "value",
+                                           "unit",       "final_loss", "precision", "peak_rss_mb"};
     static const char *const info_keys[] = {
         "config",      "threads", "version",   "compiler",         "gemm_isa",           "blas",
         "avx512_bf16", "openmp",  "bf16_gemm", "fp32_peak_gflops", "dpbf16_peak_gflops",
         "amx_peak_gflops"};
-    int info_lines = 0, matmul_lines = 0, toy_lines = 0;
+    int info_lines = 0, matmul_lines = 0, toy_lines = 0, bf16_lines = 0;
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
         ck_assert_msg(line[0] == '{' && line[strlen(line) - 1] == '}', "not JSON: %s", line);
         ck_assert_double_eq(number_after(line, "threads"), 1);
@@ -79,6 +79,9 @@ START_TEST(bench_prints_one_json_line_per_config_with_reference_keys)
         }
         ck_assert_msg(number_after(line, "value") > 0, "no positive value: %s", line);
         ck_assert_msg(number_after(line, "peak_rss_mb") > 0, "no peak RSS: %s", line);
+        bool bf16 = strstr(line, "\"precision\": \"bf16\"") != NULL;
+        ck_assert_msg(bf16 || strstr(line, "\"precision\": \"fp32\""), "no precision: %s", line);
+        bf16_lines += bf16;
         if (strstr(line, "\"config\": \"matmul\"")) {
             assert_keys_in_order(line, matmul_keys, 9);
             ck_assert_msg(number_after(line, "peak_share") >= 0, "no share: %s", line);
@@ -86,7 +89,7 @@ START_TEST(bench_prints_one_json_line_per_config_with_reference_keys)
             ck_assert_ptr_nonnull(strstr(line, "\"unit\": \"GFLOP/s\""));
             matmul_lines++;
         } else if (strstr(line, "\"config\": \"attn-toy\"")) {
-            assert_keys_in_order(line, toy_keys, 7);
+            assert_keys_in_order(line, toy_keys, 8);
             ck_assert_ptr_nonnull(strstr(line, "\"metric\": \"train_800_steps\""));
             double loss = number_after(line, "final_loss");
             ck_assert_msg(loss > 0 && loss < 3, "final loss %g", loss);
@@ -96,10 +99,10 @@ START_TEST(bench_prints_one_json_line_per_config_with_reference_keys)
         }
     }
     ck_assert_int_eq(info_lines, 1);
-    /* --quick keeps the two smallest shapes, at both precisions where the
-     * library has bf16 products */
-    ck_assert(matmul_lines == 2 || matmul_lines == 4);
-    ck_assert_int_eq(toy_lines, 1);
+    /* --quick keeps the two smallest shapes; each config runs at fp32 and bf16 */
+    ck_assert_int_eq(matmul_lines, 4);
+    ck_assert_int_eq(toy_lines, 2);
+    ck_assert_int_eq(bf16_lines, 3);
 }
 END_TEST
 
@@ -126,22 +129,23 @@ END_TEST
 START_TEST(bench_llama_configs_print_their_lines_and_cache_bytes)
 {
     static char out[1 << 16];
-    ck_assert_int_eq(run_bench("--quick --threads 1 llama-medium llama-generate", out, sizeof out),
-                     0);
-    static const char *const train_keys[] = {"config", "threads",      "metric",     "value",
-                                             "unit",   "tokens_per_s", "peak_rss_mb"};
-    static const char *const gen_keys[] = {"config",         "threads",            "metric",
-                                           "value",          "unit",               "kv_cache_bytes",
-                                           "kv_cache_bytes_gpt", "peak_rss_mb"};
+    ck_assert_int_eq(run_bench("--quick --threads 1 --precision bf16 llama-medium llama-generate",
+                               out, sizeof out), 0);
+    static const char *const train_keys[] = {"config", "threads",      "metric",    "value",
+                                             "unit",   "tokens_per_s", "precision", "peak_rss_mb"};
+    static const char *const gen_keys[] = {"config", "threads",        "metric",
+                                           "value",  "unit",           "kv_cache_bytes",
+                                           "kv_cache_bytes_gpt", "precision", "peak_rss_mb"};
     int train = 0, gen = 0;
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
         if (strstr(line, "\"config\": \"llama-medium\"")) {
-            assert_keys_in_order(line, train_keys, 7);
+            assert_keys_in_order(line, train_keys, 8);
+            ck_assert_ptr_nonnull(strstr(line, "\"precision\": \"bf16\""));
             ck_assert_ptr_nonnull(strstr(line, "\"metric\": \"train_step\""));
             ck_assert_msg(number_after(line, "value") > 0, "no time: %s", line);
             train++;
         } else if (strstr(line, "\"config\": \"llama-generate\"")) {
-            assert_keys_in_order(line, gen_keys, 8);
+            assert_keys_in_order(line, gen_keys, 9);
             /* 6 layers x (k, v) x 2 kv heads x 256 positions x 64 floats x 4 bytes */
             ck_assert_double_eq(number_after(line, "kv_cache_bytes"), 6.0 * 2 * 2 * 256 * 64 * 4);
             ck_assert_double_eq(number_after(line, "kv_cache_bytes_gpt"),
@@ -169,6 +173,8 @@ START_TEST(bench_rejects_bad_thread_count)
     ck_assert_int_eq(run_bench("--threads 0 matmul", out, sizeof out), 2);
     ck_assert_ptr_nonnull(strstr(out, "--threads"));
     ck_assert_int_eq(run_bench("--threads", out, sizeof out), 2);
+    ck_assert_int_eq(run_bench("--precision fp16 matmul", out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "--precision takes fp32, bf16 or both"));
 }
 END_TEST
 

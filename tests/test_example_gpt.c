@@ -285,6 +285,31 @@ START_TEST(resumed_run_ends_with_the_same_loss)
 }
 END_TEST
 
+/* --precision bf16: said in the header, its own losses, kept by the
+ * checkpoint so that a resumed run without the option ends the same. */
+START_TEST(bf16_run_is_recorded_and_resumes_bit_for_bit)
+{
+    char fp32[32], straight[32], resumed[32];
+    ck_assert_int_eq(run("train --config tiny --steps 6 --batch 4 --seed 5 --out a.st"), 0);
+    ck_assert_output("precision fp32");
+    final_loss(fp32);
+    ck_assert_int_eq(run("train --config tiny --steps 6 --batch 4 --seed 5 --precision bf16 "
+                         "--out b.st"), 0);
+    ck_assert_output("precision bf16");
+    final_loss(straight);
+    ck_assert_str_ne(straight, fp32);
+    ck_assert_int_eq(run("train --config tiny --steps 6 --batch 4 --seed 5 --precision bf16 "
+                         "--stop-at 3 --out c.st"), 0);
+    ck_assert_int_eq(run("train --resume c.st --out d.st"), 0);
+    ck_assert_output("precision bf16");
+    final_loss(resumed);
+    ck_assert_str_eq(straight, resumed);
+    ck_assert_int_eq(run("train --arch llama --config tiny --steps 2 --batch 4 --precision bf16 "
+                         "--out e.st"), 0);
+    ck_assert_output("precision bf16");
+}
+END_TEST
+
 START_TEST(train_on_text_file_reports_validation_loss_and_samples)
 {
     write_file("t.txt", text, sizeof text - 1);
@@ -343,6 +368,8 @@ START_TEST(bad_command_lines_are_usage_errors)
         {"train --config huge", "unknown 'huge'"},
         {"train --arch mamba", "--arch: unknown 'mamba' (gpt or llama)"},
         {"train --arch", "--arch needs a value"},
+        {"train --precision fp16", "--precision: unknown 'fp16' (fp32 or bf16)"},
+        {"sample --ckpt m --precision bf16", "unknown option '--precision' for sample"},
         {"sample --ckpt m --arch llama", "unknown option '--arch' for sample"},
         {"train --ckpt x", "unknown option '--ckpt' for train"},
         {"sample --steps 3", "unknown option '--steps' for sample"},
@@ -731,6 +758,7 @@ int main(void)
     tcase_add_test(tc, train_on_builtin_task_logs_saves_and_reports_accuracy);
     tcase_add_test(tc, svg_has_axes_labels_and_both_curves);
     tcase_add_test(tc, resumed_run_ends_with_the_same_loss);
+    tcase_add_test(tc, bf16_run_is_recorded_and_resumes_bit_for_bit);
     tcase_add_test(tc, train_on_text_file_reports_validation_loss_and_samples);
     tcase_add_test(tc, bad_data_files_are_runtime_errors);
     tcase_add_test(tc, bad_command_lines_are_usage_errors);

@@ -107,7 +107,8 @@ static uint64_t le64(const unsigned char *p)
 /* ---- round trips ------------------------------------------------------------------ */
 
 /* The list that tests/fixtures/safetensors_ref.py's c_expected() describes:
- * a transposed float32, a 0-dim float64, int64, bool and an empty tensor. */
+ * a transposed float32, a 0-dim float64, int64, bool, an empty tensor and
+ * bfloat16 (its bits: 1.5, -0.25, inf). */
 static void interop_list(tg_params *ps)
 {
     tg_tensor *w = T32(SHAPE(2, 3), 2, 1, 2, 3, 4, 5, 6);
@@ -117,11 +118,14 @@ static void interop_list(tg_params *ps)
     tg_tensor *mask = tg_from_data(TG_BOOL, 2, SHAPE(2, 3),
                                    (const bool[]){false, true, true, false, false, true});
     tg_tensor *empty = tg_zeros(TG_FLOAT32, 2, SHAPE(0, 5));
+    tg_tensor *half = tg_from_data(TG_BFLOAT16, 1, SHAPE(3), (const uint16_t[]){0x3fc0, 0xbe80, 0x7f80});
     ck_assert_int_eq(tg_params_add(ps, NULL, "w", wt), 0);
     ck_assert_int_eq(tg_params_add(ps, NULL, "b", b), 0);
     ck_assert_int_eq(tg_params_add(ps, NULL, "ids", ids), 0);
     ck_assert_int_eq(tg_params_add(ps, NULL, "mask", mask), 0);
     ck_assert_int_eq(tg_params_add(ps, NULL, "empty", empty), 0);
+    ck_assert_int_eq(tg_params_add(ps, NULL, "half", half), 0);
+    tg_release(half);
     tg_release(w);
     tg_release(wt);
     tg_release(b);
@@ -163,6 +167,7 @@ START_TEST(round_trip_keeps_every_dtype_layout_and_name_order)
     ck_assert(ids[0] == 3 && ids[1] == -1 && ids[2] == INT64_C(1) << 40 && ids[3] == 0);
     ck_assert_values(back.tensors[3], 0, 0, 1, 1, 0, 0, 1);
     ck_assert_int_eq(tg_numel(back.tensors[4]), 0);
+    ck_assert_values(back.tensors[5], 0, 1.5, -0.25, INFINITY);
     tg_params_clear(&ps);
     tg_params_clear(&back);
     remove_dir(dir);
@@ -205,8 +210,9 @@ START_TEST(saved_file_has_the_specified_layout)
     size_t n;
     unsigned char *bytes = read_bytes(path, &n);
     uint64_t header_len = le64(bytes);
-    /* data: 6 floats, 1 double, 4 int64, 6 bools, nothing for the empty tensor */
-    size_t data_len = 6 * 4 + 8 + 4 * 8 + 6;
+    /* data: 6 floats, 1 double, 4 int64, 6 bools, nothing for the empty
+     * tensor, 3 bfloat16 */
+    size_t data_len = 6 * 4 + 8 + 4 * 8 + 6 + 3 * 2;
     ck_assert_uint_eq(n, 8 + header_len + data_len);
     ck_assert_uint_eq((8 + header_len) % 8, 0); /* the data starts aligned */
     ck_assert_int_eq(bytes[8], '{');
@@ -219,6 +225,8 @@ START_TEST(saved_file_has_the_specified_layout)
     ck_assert_ptr_nonnull(strstr(header, "\"w\":{\"dtype\":\"F32\",\"shape\":[3,2],\"data_offsets\":[0,24]}"));
     ck_assert_ptr_nonnull(strstr(header, "\"b\":{\"dtype\":\"F64\",\"shape\":[],\"data_offsets\":[24,32]}"));
     ck_assert_ptr_nonnull(strstr(header, "\"mask\":{\"dtype\":\"BOOL\",\"shape\":[2,3]"));
+    ck_assert_ptr_nonnull(strstr(header, "\"half\":{\"dtype\":\"BF16\",\"shape\":[3],"
+                                         "\"data_offsets\":[70,76]}"));
     /* The transposed float32 is written in its logical (row-major) order. */
     float w[6];
     memcpy(w, bytes + 8 + header_len, sizeof w);
@@ -321,8 +329,8 @@ static const bad_file bad_files[] = {
         "unknown dtype 'Q7'"),
     HDR("{\"w\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
         "unsupported dtype 'F16'"),
-    HDR("{\"w\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
-        "unsupported dtype 'BF16'"),
+    HDR("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2,
+        "unsupported dtype 'F8_E4M3'"),
     HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4,
         "shape entry -1, not a non-negative integer"),
     HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,4]}}", 4,

@@ -13,6 +13,16 @@
  *   ... tg_backward(loss, NULL); tg_optim_step(opt); tg_optim_zero_grad(opt);
  *   tg_safetensors_save("model.safetensors", &ps, 0, NULL, NULL);
  *   tg_optim_free(opt); tg_params_clear(&ps);
+ *
+ * Mixed precision needs nothing from the modules or the models (tg_gpt,
+ * tg_llama, tg_encoder): the matmul precision is a thread-wide setting
+ * (tensor.h), so a model trains with bfloat16 products when its forward runs
+ * under tg_set_matmul_precision(TG_PRECISION_BF16); its parameters,
+ * gradients and optimizer state stay float32, and backward uses the
+ * precision each op recorded in the forward:
+ *   tg_precision was = tg_set_matmul_precision(TG_PRECISION_BF16);
+ *   tg_gpt_forward(m, idx, targets, &loss); tg_backward(loss, NULL);
+ *   tg_set_matmul_precision(was); tg_optim_step(opt);
  */
 #ifndef TG_NN_H
 #define TG_NN_H
@@ -677,7 +687,7 @@ TG_API double tg_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, d
 
 /* ---- safetensors checkpoints (nn/safetensors.c, nn/save_path.c) ------------ */
 /* The format: 8-byte little-endian header length N, N bytes of JSON mapping
- * each name to {"dtype": "F32"|"F64"|"I64"|"BOOL", "shape": [...],
+ * each name to {"dtype": "F32"|"F64"|"BF16"|"I64"|"BOOL", "shape": [...],
  * "data_offsets": [begin, end]} (plus an optional "__metadata__" object of
  * strings), then the raw little-endian data. Files load in PyTorch's
  * safetensors and back. */

@@ -44,11 +44,36 @@ typedef enum {
     TG_FLOAT64,
     TG_INT64, /* indices: embedding rows, class targets */
     TG_BOOL,  /* masks: true means "masked" */
+    /* bfloat16: 2 bytes, the upper half of a float32 (8 exponent bits, 7
+     * mantissa bits). A storage type: creation, tg_to_dtype (both ways,
+     * differentiable, rounding to nearest even), tg_copy_to / tg_copy_from,
+     * printing and safetensors take it; every other op refuses it with
+     * TG_ERR_DTYPE. tg_from_data and tg_copy_* read and write its raw bits
+     * as uint16_t. */
+    TG_BFLOAT16,
 } tg_dtype;
 
-/* The operands of float32 matrix products: float32 itself, or each rounded
- * to bfloat16 (nearest-even) with the products summed in float32. */
-typedef enum { TG_PRECISION_FLOAT32 = 0, TG_PRECISION_BF16 = 1 } tg_precision;
+/* ---- matmul precision ----------------------------------------------------- */
+/* Under TG_PRECISION_BF16 the float32 products of tg_matmul, tg_affine and
+ * the fused affine ops (tg_gelu_affine, tg_layer_norm_affine,
+ * tg_rms_norm_affine, tg_swiglu_affine), forward and backward, round their
+ * operands to bfloat16 (nearest even) and accumulate in float32, as
+ * PyTorch's bf16 autocast does for Linear layers; outputs stay float32.
+ * Everything else (float64, norms, softmax, losses, the fused attention's
+ * tile products, optimizers) is unaffected. Per thread, like grad mode;
+ * the graph records the setting with each op, so backward uses the
+ * forward's whatever the setting is when it runs. Returns the previous
+ * setting; an unknown value is TG_ERR_VALUE and changes nothing:
+ *   tg_precision was = tg_set_matmul_precision(TG_PRECISION_BF16);
+ *   ... forward, backward ...; tg_set_matmul_precision(was); */
+typedef enum {
+    TG_PRECISION_FLOAT32 = 0,
+    TG_PRECISION_BF16 = 1,
+} tg_precision;
+TG_API tg_precision tg_set_matmul_precision(tg_precision p);
+TG_API tg_precision tg_matmul_precision(void);
+/* "fp32" or "bf16" ("unknown" for anything else). */
+TG_API const char *tg_precision_name(tg_precision p);
 
 /* ---- errors ------------------------------------------------------------ */
 
