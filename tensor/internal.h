@@ -61,6 +61,11 @@ struct tg_tensor {
     bool requires_grad;     /* set on leaves by the user, on outputs by ops */
     tg_tensor *grad;        /* accumulated gradient of a leaf */
     tg__owner *node;        /* the op that made this tensor, NULL on leaves */
+    /* a leaf's tg_set_grad_ready_hook, and the contributions to its .grad
+     * that the running backward has still to add (autograd/graph.c) */
+    void (*grad_hook)(tg_tensor *leaf, void *user);
+    void *grad_hook_user;
+    int64_t grad_pending;
 };
 
 /* ---- errors ------------------------------------------------------------ */

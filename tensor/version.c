@@ -58,6 +58,7 @@ int tg_build_info_get(tg_build_info *info)
         .blas_config = "",
         .blas_core = "",
         .openmp = TG_HAVE_OPENMP,
+        .mpi = TG_HAVE_MPI,
         .threads = tg_num_threads(),
     };
 #if TG_HAVE_BLAS
@@ -97,7 +98,7 @@ int tg_build_info_format(char *buf, size_t size)
         append(buf, size, &len, "none");
     else
         append(buf, size, &len, "%s (core %s)", info.blas_config, info.blas_core);
-    append(buf, size, &len, "; openmp: %s, %d thread%s", info.openmp ? "yes" : "no",
-           info.threads, info.threads == 1 ? "" : "s");
+    append(buf, size, &len, "; openmp: %s, %d thread%s; mpi: %s", info.openmp ? "yes" : "no",
+           info.threads, info.threads == 1 ? "" : "s", info.mpi ? "yes" : "no");
     return len > INT32_MAX ? -1 : (int)len;
 }

@@ -402,6 +402,138 @@ START_TEST(float_broadcast_along_leading_dims_rounds_each_element_once)
 }
 END_TEST
 
+/* ---- grad-ready hooks ------------------------------------------------------------ */
+
+/* What a grad-ready hook saw: its calls, when (a clock shared by all
+ * hooks), and the leaf's gradient at the time. */
+typedef struct {
+    int calls, when;
+    double grad[4];
+} ready_log;
+static int ready_clock;
+
+static void log_ready(tg_tensor *leaf, void *user)
+{
+    ready_log *r = user;
+    r->calls++;
+    r->when = ++ready_clock;
+    tg_scope_begin();
+    ck_assert_int_eq(tg_copy_to(tg_grad(leaf), TG_FLOAT64, r->grad, tg_numel(leaf)), 0);
+    tg_scope_end();
+}
+
+/* late feeds the first op of the forward pass, w is used four times (twice
+ * through views), early only by the last op, so its gradient is the first
+ * backward completes. */
+static tg_tensor *hooked_loss(tg_tensor *late, tg_tensor *w, tg_tensor *early)
+{
+    tg_tensor *h = tg_matmul(late, w);                                   /* [2,2] */
+    h = tg_add(h, tg_mul(w, w));
+    h = tg_add(h, tg_transpose(w, 0, 1));
+    tg_tensor *row = tg_narrow(w, 0, 1, 1);                              /* [1,2] */
+    return tg_mul(tg_sum(tg_add(h, row), NULL, 0, false), early);
+}
+
+START_TEST(grad_ready_hook_fires_once_after_the_last_contribution)
+{
+    tg_tensor *late = T64(SHAPE(2, 2), 2, 0.5, -1.0, 2.0, 0.25);
+    tg_tensor *w = T64(SHAPE(2, 2), 2, 1.0, 2.0, 3.0, 4.0);
+    tg_tensor *early = T64(SHAPE(1), 1, 3.0);
+    tg_tensor *leaves[3] = {late, w, early};
+    ready_log logs[3] = {{0}};
+    for (int i = 0; i < 3; i++) {
+        tg_set_requires_grad(leaves[i], true);
+        ck_assert_int_eq(tg_set_grad_ready_hook(leaves[i], log_ready, &logs[i]), 0);
+    }
+    ready_clock = 0;
+    tg_scope_begin();
+    ck_assert_int_eq(tg_backward(hooked_loss(late, w, early), NULL), 0);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(logs[i].calls, 1);
+        /* what the hook saw is the whole gradient backward leaves */
+        assert_values(tg_grad(leaves[i]), logs[i].grad, tg_numel(leaves[i]), 0);
+    }
+    tg_scope_end();
+    /* each as soon as it was complete, not all at the end: early first */
+    ck_assert_int_eq(logs[2].when, 1);
+    for (int i = 0; i < 3; i++)
+        tg_release(leaves[i]);
+}
+END_TEST
+
+START_TEST(grad_ready_hook_sees_the_accumulated_gradient_each_backward)
+{
+    tg_tensor *w = T64(SHAPE(2), 1, 1.0, 2.0);
+    tg_set_requires_grad(w, true);
+    ready_log log = {0};
+    tg_set_grad_ready_hook(w, log_ready, &log);
+    for (int pass = 1; pass <= 2; pass++) {
+        tg_scope_begin();
+        ck_assert_int_eq(tg_backward(tg_sum(tg_mul(w, w), NULL, 0, false), NULL), 0);
+        tg_scope_end();
+        ck_assert_int_eq(log.calls, pass);
+        ck_assert_double_eq(log.grad[0], 2.0 * pass);
+        ck_assert_double_eq(log.grad[1], 4.0 * pass);
+    }
+    /* a leaf that is the root itself */
+    tg_scope_begin();
+    tg_tensor *s = T64(SHAPE(1), 1, 5.0);
+    tg_set_requires_grad(s, true);
+    ready_log root_log = {0};
+    tg_set_grad_ready_hook(s, log_ready, &root_log);
+    ck_assert_int_eq(tg_backward(s, NULL), 0);
+    ck_assert_int_eq(root_log.calls, 1);
+    ck_assert_double_eq(root_log.grad[0], 1.0);
+    tg_scope_end();
+    tg_release(w);
+}
+END_TEST
+
+START_TEST(grad_ready_hook_is_not_called_when_removed_or_not_reached)
+{
+    tg_tensor *w = T64(SHAPE(2), 1, 1.0, 2.0), *other = T64(SHAPE(2), 1, 1.0, 1.0);
+    tg_set_requires_grad(w, true);
+    tg_set_requires_grad(other, true);
+    ready_log wl = {0}, ol = {0};
+    tg_set_grad_ready_hook(w, log_ready, &wl);
+    tg_set_grad_ready_hook(other, log_ready, &ol);
+    ck_assert_int_eq(tg_set_grad_ready_hook(w, NULL, NULL), 0);
+    tg_scope_begin();
+    ck_assert_int_eq(tg_backward(tg_sum(w, NULL, 0, false), NULL), 0);
+    tg_scope_end();
+    ck_assert_int_eq(wl.calls, 0);
+    ck_assert_int_eq(ol.calls, 0); /* other is not in this graph */
+    /* a failing backward calls no hook it did not reach */
+    tg_scope_begin();
+    ck_assert_int_eq(tg_backward(tg_mul(other, other), NULL), -1);
+    tg_error_clear();
+    tg_scope_end();
+    ck_assert_int_eq(ol.calls, 0);
+    /* released with its hook set: nothing to undo */
+    tg_release(w);
+    tg_release(other);
+}
+END_TEST
+
+START_TEST(grad_ready_hook_only_on_leaves)
+{
+    tg_tensor *w = T64(SHAPE(2), 1, 1.0, 2.0);
+    tg_set_requires_grad(w, true);
+    tg_scope_begin();
+    tg_tensor *y = tg_mul(w, w);
+    ck_assert_int_eq(tg_set_grad_ready_hook(y, log_ready, NULL), -1);
+    ck_assert_int_eq(tg_error_code(), TG_ERR_STATE);
+    ck_assert_str_eq(tg_error_message(), "tg_set_grad_ready_hook: only leaves have a hook; this "
+                                         "tensor was made by mul");
+    tg_error_clear();
+    ck_assert_int_eq(tg_set_grad_ready_hook(NULL, log_ready, NULL), -1);
+    ck_assert_int_eq(tg_error_code(), TG_ERR_NULL);
+    tg_error_clear();
+    tg_scope_end();
+    tg_release(w);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("autograd");
@@ -420,6 +552,12 @@ int main(void)
     tcase_add_test(tc, requires_grad_only_on_float_leaves);
     tcase_add_test(tc, graph_is_freed_when_the_loss_is_released);
     suite_add_tcase(s, tc);
+    TCase *hooks = tcase_checked("grad_ready_hooks");
+    tcase_add_test(hooks, grad_ready_hook_fires_once_after_the_last_contribution);
+    tcase_add_test(hooks, grad_ready_hook_sees_the_accumulated_gradient_each_backward);
+    tcase_add_test(hooks, grad_ready_hook_is_not_called_when_removed_or_not_reached);
+    tcase_add_test(hooks, grad_ready_hook_only_on_leaves);
+    suite_add_tcase(s, hooks);
     TCase *errors = tcase_checked("errors");
     tcase_add_test(errors, a_null_input_fails_the_chain_once);
     tcase_add_test(errors, error_handler_sees_every_error);

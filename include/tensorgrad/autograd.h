@@ -68,6 +68,23 @@ TG_API void tg_zero_grad(tg_tensor *t);
  * (version 0, now 1)". 0, or -1 on error. */
 TG_API int tg_backward(tg_tensor *root, const tg_tensor *grad_output);
 
+/* Called during tg_backward once the leaf's .grad holds this backward pass's
+ * whole gradient (every contribution accumulated), before backward returns:
+ * exactly once per backward that reaches the leaf, however many ops (or
+ * views of it) used it; not at all when backward does not reach it or fails
+ * before its last contribution. It runs on the thread that called
+ * tg_backward, with grad mode off. The hook may read and write .grad (it
+ * owns no reference: tg_grad gives one), but must not start another
+ * backward. For overlapping gradient communication with the rest of
+ * backward (tensorgrad/dist.h). */
+typedef void (*tg_grad_ready_fn)(tg_tensor *leaf, void *user);
+/* Sets leaf's hook, at most one per leaf (a second call replaces it; fn
+ * NULL removes it); user is handed to fn as it is. The hook goes with the
+ * tensor (a tg_detach alias has none). 0, or -1 with TG_ERR_NULL (leaf) or
+ * TG_ERR_STATE (leaf was made by an op: "tg_set_grad_ready_hook: only
+ * leaves have a hook; this tensor was made by mul"). */
+TG_API int tg_set_grad_ready_hook(tg_tensor *leaf, tg_grad_ready_fn fn, void *user);
+
 /* Grad mode is per thread and on by default. While it is off, ops record
  * nothing: for inference and for optimizer updates. Returns the old mode:
  *   bool was = tg_set_grad_enabled(false); ...; tg_set_grad_enabled(was); */

@@ -292,13 +292,14 @@ typedef struct {
     const char *blas_core;   /* the CPU core OpenBLAS tuned for, e.g. "Zen"; or "" */
     bool openmp;             /* built with OpenMP */
     int threads;             /* tg_num_threads() */
+    bool mpi;                /* built with MPI: tensorgrad/dist.h is installed */
 } tg_build_info;
 
 /* Fills *info; returns 0, or -1 with TG_ERR_NULL when info is NULL. */
 TG_API int tg_build_info_get(tg_build_info *info);
 /* The same as one line into buf (always terminated), e.g.
  *   tensorgrad 0.1.0 (gcc 12.2.0); gemm: avx512; avx512_bf16: no;
- *   blas: OpenBLAS 0.3.21 DYNAMIC_ARCH ... (core Zen); openmp: yes, 2 threads
+ *   blas: OpenBLAS 0.3.21 DYNAMIC_ARCH ... (core Zen); openmp: yes, 2 threads; mpi: yes
  * Returns the length the whole line needs, like snprintf (buf may be NULL
  * when size is 0), or -1 with TG_ERR_NULL when buf is NULL and size is not. */
 TG_API int tg_build_info_format(char *buf, size_t size);
