@@ -8,6 +8,7 @@ of ../shared/BENCHMARKS.md: vocab 65, ctx 64, 4 layers, 4 heads, d 128).
                             batch between the two processes as the ranks did, and checks
                             DDP's averaged gradients against tensorgrad's (float32
                             tolerance). Exit 0 when they agree, 1 when not.
+  torch_ddp.py grads FILE MPIEXEC BENCH_DIST   runs that mpiexec first (as meson's test does)
   torch_ddp.py bench [STEPS]  times DDP's 2-process step (forward, cross-entropy,
                             backward with the all-reduce, AdamW lr 1e-3 wd 0.1), batch 32
                             per process, and prints one JSON line, as
@@ -17,6 +18,7 @@ Run with Debian's PyTorch: /usr/bin/python3 bench/torch_ddp.py ...
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 
@@ -106,6 +108,9 @@ def main():
         return 2
     result = mp.get_context("spawn").Value("i", 1)
     if sys.argv[1] == "grads":
+        if len(sys.argv) == 5:
+            subprocess.run([sys.argv[3], "--bind-to", "none", "-np", str(WORLD), sys.argv[4],
+                            "grads", sys.argv[2]], check=True)
         args = (free_port(), sys.argv[2], result)
         mp.spawn(grads_worker, args=args, nprocs=WORLD)
     else:
