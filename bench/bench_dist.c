@@ -1,5 +1,5 @@
 /* Data-parallel GPT steps over MPI, measured: `mpirun -np N bench_dist bench
- * CONFIG STEPS` times steps and their communication; `bench_dist grads FILE`
+ * CONFIG STEPS [BUCKET_KIB]` times steps and their communication; `bench_dist grads FILE`
  * writes one step's averaged gradients for bench/torch_ddp.py to compare. */
 #include <math.h>
 #include <mpi.h>
@@ -67,7 +67,7 @@ static int forward_backward(run *r, int step)
     return rc;
 }
 
-static int setup(run *r, const config *cfg, int64_t batch)
+static int setup(run *r, const config *cfg, int64_t batch, int64_t bucket_bytes)
 {
     MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r->world);
@@ -79,7 +79,8 @@ static int setup(run *r, const config *cfg, int64_t batch)
     r->x = malloc(sizeof(int64_t) * (size_t)(2 * r->B * r->world * r->T));
     r->y = r->x ? r->x + r->B * r->world * r->T : NULL;
     if (!r->model || !r->x || tg_gpt_params(r->model, &r->ps) < 0 ||
-        !(r->dist = tg_dist_new(MPI_COMM_WORLD, &r->ps, NULL)) ||
+        !(r->dist = tg_dist_new(MPI_COMM_WORLD, &r->ps,
+                                &(tg_dist_options){.bucket_bytes = bucket_bytes})) ||
         tg_dist_broadcast_params(r->dist, 0) < 0 ||
         !(r->opt = tg_adamw_new(&r->ps, 1e-3, 0.9, 0.999, 1e-8, 0.1)))
         return fprintf(stderr, "bench_dist: %s\n", tg_error_message()), -1;
@@ -100,7 +101,7 @@ static void teardown(run *r)
 static int grads(const char *path)
 {
     run r = {0};
-    int rc = setup(&r, &configs[0], configs[0].batch / 2);
+    int rc = setup(&r, &configs[0], configs[0].batch / 2, 0);
     tg_params out = {0};
     tg_scope_begin();
     for (int i = 0; rc == 0 && i < r.ps.count; i++)
@@ -126,10 +127,10 @@ static int grads(const char *path)
 }
 
 /* steps timed after two warm-up steps; rank 0 prints one JSON line. */
-static int bench(const config *cfg, int steps)
+static int bench(const config *cfg, int steps, int64_t bucket_bytes)
 {
     run r = {0};
-    if (setup(&r, cfg, cfg->batch))
+    if (setup(&r, cfg, cfg->batch, bucket_bytes))
         return teardown(&r), 1;
     double comm = 0, exposed = 0, t0 = 0;
     tg_dist_stats s = {0};
@@ -172,10 +173,11 @@ int main(int argc, char **argv)
     else if (argc >= 4 && !strcmp(argv[1], "bench")) {
         for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++)
             if (!strcmp(argv[2], configs[i].name))
-                rc = bench(&configs[i], atoi(argv[3]) > 0 ? atoi(argv[3]) : 10);
+                rc = bench(&configs[i], atoi(argv[3]) > 0 ? atoi(argv[3]) : 10,
+                           argc > 4 ? 1024 * atoll(argv[4]) : 0);
     }
     if (rc == 2)
-        fprintf(stderr, "usage: mpirun -np N bench_dist bench gpt-small|gpt-medium STEPS\n"
+        fprintf(stderr, "usage: mpirun -np N bench_dist bench gpt-small|gpt-medium STEPS [BUCKET_KIB]\n"
                         "       mpirun -np 2 bench_dist grads FILE.safetensors\n");
     MPI_Finalize();
     return rc;
