@@ -30,7 +30,8 @@ int tg__dist_first_failed(MPI_Comm comm, int rank, bool ok)
 /* "name" float32 [2,3] */
 static void describe(char *buf, size_t size, const char *name, const tg_tensor *t)
 {
-    snprintf(buf, size, "\"%s\" %s %s", name, tg_dtype_name(t->dtype), TG_SHAPE_STR(t));
+    snprintf(buf, size, "\"%s\" %s %s", name, tg_dtype_name(tg_dtype_of(t)),
+             TG_SHAPE_STRING(t));
 }
 
 static uint64_t fnv(uint64_t h, const void *data, size_t n)
@@ -44,9 +45,11 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n)
 static uint64_t signature(const char *name, const tg_tensor *t)
 {
     uint64_t h = fnv(0xcbf29ce484222325ull, name, strlen(name) + 1);
-    h = fnv(h, &t->dtype, sizeof t->dtype);
-    h = fnv(h, &t->ndim, sizeof t->ndim);
-    return fnv(h, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
+    tg_dtype dtype = tg_dtype_of(t);
+    int ndim = tg_ndim(t);
+    h = fnv(h, &dtype, sizeof dtype);
+    h = fnv(h, &ndim, sizeof ndim);
+    return fnv(h, tg_shape(t), (size_t)ndim * sizeof(int64_t));
 }
 
 /* Rank `from`'s description of its parameter i, on every rank. */
@@ -82,18 +85,18 @@ static int check_same_params(MPI_Comm comm, int rank, int size, const tg_params 
                 at = i, who = r;
     int rc = ok ? 0 : -1;
     if (!ok) {
-        tg__fail(TG_ERR_NOMEM, "tg_dist_new: out of memory comparing %d parameters", ps->count);
+        tg_fail(TG_ERR_NOMEM, "tg_dist_new: out of memory comparing %d parameters", ps->count);
     } else if (at >= 0) {
         char a[256], b[256];
         shared_description(comm, rank, 0, ps, at, a, sizeof a);
         shared_description(comm, rank, who, ps, at, b, sizeof b);
-        tg__fail(TG_ERR_VALUE, "tg_dist_new: parameter %d differs across ranks: rank 0 has %s, "
+        tg_fail(TG_ERR_VALUE, "tg_dist_new: parameter %d differs across ranks: rank 0 has %s, "
                                "rank %d has %s", at, a, who, b);
         rc = -1;
     } else {
         for (int r = 1; r < size && rc == 0; r++)
             if (counts[r] != counts[0]) {
-                tg__fail(TG_ERR_VALUE, "tg_dist_new: the parameter lists differ across ranks: "
+                tg_fail(TG_ERR_VALUE, "tg_dist_new: the parameter lists differ across ranks: "
                                        "rank 0 has %d parameters, rank %d has %d (the first %d "
                                        "agree)", counts[0], r, counts[r], m);
                 rc = -1;
@@ -109,36 +112,38 @@ static int check_same_params(MPI_Comm comm, int rank, int size, const tg_params 
 static int check_local(const tg_params *ps, const tg_dist_options *o)
 {
     if (!ps) {
-        tg__fail(TG_ERR_NULL, "tg_dist_new: ps is NULL");
+        tg_fail(TG_ERR_NULL, "tg_dist_new: ps is NULL");
         return -1;
     }
     if (ps->count == 0 || o->bucket_bytes < 0) {
-        tg__fail(TG_ERR_VALUE, "tg_dist_new: %s", ps->count == 0 ? "ps is empty"
+        tg_fail(TG_ERR_VALUE, "tg_dist_new: %s", ps->count == 0 ? "ps is empty"
                                                                  : "bucket_bytes is negative");
         return -1;
     }
     for (int i = 0; i < ps->count; i++) {
         const tg_tensor *t = ps->tensors[i];
-        if (!t || TG__DEAD(t)) {
-            tg__fail(t ? TG_ERR_STATE : TG_ERR_NULL, "tg_dist_new: parameter %d (\"%s\") is %s",
-                     i, ps->names[i], t ? "released" : "NULL");
+        if (!t) {
+            tg_fail(TG_ERR_NULL, "tg_dist_new: parameter %d (\"%s\") is NULL", i, ps->names[i]);
             return -1;
         }
-        if (!tg__is_float(t->dtype) || t->node) {
-            tg__fail(t->node ? TG_ERR_STATE : TG_ERR_DTYPE, "tg_dist_new: parameter %d (\"%s\") "
-                     "is %s", i, ps->names[i], t->node ? "not a leaf" : tg_dtype_name(t->dtype));
+        if (tg_check_arg(t, true, "tg_dist_new", ps->names[i], TG__CALLER) < 0)
+            return -1;
+        if (!tg_dtype_is_float(tg_dtype_of(t)) || !tg_is_leaf(t)) {
+            tg_fail(tg_is_leaf(t) ? TG_ERR_DTYPE : TG_ERR_STATE, "tg_dist_new: parameter %d "
+                    "(\"%s\") is %s", i, ps->names[i],
+                    tg_is_leaf(t) ? tg_dtype_name(tg_dtype_of(t)) : "not a leaf");
             return -1;
         }
         if (tg_numel(t) > INT_MAX || (o->zero1 && !tg_is_contiguous(t))) {
-            tg__fail(TG_ERR_VALUE, "tg_dist_new: parameter %d (\"%s\" %s) is %s", i,
-                     ps->names[i], TG_SHAPE_STR(t),
+            tg_fail(TG_ERR_VALUE, "tg_dist_new: parameter %d (\"%s\" %s) is %s", i,
+                     ps->names[i], TG_SHAPE_STRING(t),
                      tg_numel(t) > INT_MAX ? "too large for one MPI message"
                                            : "not contiguous (zero1 shards it in place)");
             return -1;
         }
         for (int j = 0; j < i; j++)
             if (ps->tensors[j] == t) {
-                tg__fail(TG_ERR_VALUE, "tg_dist_new: parameters %d and %d are the same tensor",
+                tg_fail(TG_ERR_VALUE, "tg_dist_new: parameters %d and %d are the same tensor",
                          j, i);
                 return -1;
             }
@@ -158,14 +163,14 @@ static int plan_buckets(tg_dist *d, int64_t cap_bytes)
     int open[2] = {-1, -1}; /* the bucket being filled, per dtype */
     for (int i = d->n - 1; i >= 0; i--) {
         dist_param *p = &d->params[i];
-        int k = p->t->dtype == TG_FLOAT32 ? 0 : 1;
-        int64_t bytes = p->numel * (int64_t)tg_dtype_size(p->t->dtype);
+        int k = tg_dtype_of(p->t) == TG_FLOAT32 ? 0 : 1;
+        int64_t bytes = p->numel * (int64_t)tg_dtype_size(tg_dtype_of(p->t));
         dist_bucket *b = open[k] >= 0 ? &d->buckets[open[k]] : NULL;
         if (!b || b->numel * (int64_t)tg_dtype_size(b->dtype) + bytes > cap_bytes ||
             b->numel + p->numel > INT_MAX) {
             open[k] = d->n_buckets++;
             b = &d->buckets[open[k]];
-            *b = (dist_bucket){.dtype = p->t->dtype, .first = i, .last = i};
+            *b = (dist_bucket){.dtype = tg_dtype_of(p->t), .first = i, .last = i};
         }
         b->first = i;
         b->numel += p->numel;
@@ -246,12 +251,12 @@ tg_dist *tg_dist_new(MPI_Comm comm, const tg_params *ps, const tg_dist_options *
     int rank = 0, size = 0;
     if (comm == MPI_COMM_NULL || MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
         MPI_Comm_size(comm, &size) != MPI_SUCCESS)
-        return tg__fail(TG_ERR_VALUE, "tg_dist_new: comm is not a usable communicator");
+        return tg_fail(TG_ERR_VALUE, "tg_dist_new: comm is not a usable communicator");
     bool ok = check_local(ps, &o) == 0;
     int bad = tg__dist_first_failed(comm, rank, ok);
     if (bad >= 0) {
         if (ok)
-            tg__fail(TG_ERR_VALUE, "tg_dist_new: rank %d refused its parameters", bad);
+            tg_fail(TG_ERR_VALUE, "tg_dist_new: rank %d refused its parameters", bad);
         return NULL;
     }
     if (check_same_params(comm, rank, size, ps) < 0)
@@ -265,7 +270,7 @@ tg_dist *tg_dist_new(MPI_Comm comm, const tg_params *ps, const tg_dist_options *
          MPI_Comm_dup(comm, &d->gather) == MPI_SUCCESS && setup(d, ps, &o) == 0;
     if (tg__dist_first_failed(comm, rank, ok) >= 0) {
         tg_dist_free(d);
-        return tg__fail(TG_ERR_NOMEM, "tg_dist_new: out of memory (or MPI failed) setting up "
+        return tg_fail(TG_ERR_NOMEM, "tg_dist_new: out of memory (or MPI failed) setting up "
                                       "%d parameters", ps->count);
     }
     return d;
@@ -280,8 +285,7 @@ void tg_dist_free(tg_dist *d)
     if (!d)
         return;
     for (int i = 0; d->params && i < d->n; i++)
-        if (d->params[i].t->grad_hook == on_grad_ready)
-            tg_set_grad_ready_hook(d->params[i].t, NULL, NULL);
+        tg_set_grad_ready_hook(d->params[i].t, NULL, NULL);
     for (int k = 0; d->buckets && k < d->n_buckets; k++) {
         free(d->buckets[k].buf);
         free(d->buckets[k].counts);
@@ -371,10 +375,11 @@ static void pack(dist_param *p)
     dist_bucket *b = &d->buckets[p->bucket];
     size_t es = tg_dtype_size(b->dtype);
     char *dst = (char *)b->buf + (size_t)p->at * es;
-    if (p->t->grad)
-        tg_copy_to(p->t->grad, b->dtype, dst, p->numel);
-    else
+    tg_scope_begin();
+    tg_tensor *g = tg_grad(p->t);
+    if (!g || tg_copy_to(g, b->dtype, dst, p->numel) < 0)
         memset(dst, 0, (size_t)p->numel * es);
+    tg_scope_end();
     p->ready = true;
     b->pending--;
 }
@@ -389,46 +394,74 @@ static void on_grad_ready(tg_tensor *leaf, void *user)
     progress(p->d, false);
 }
 
-/* p's .grad: contiguous, of p's dtype, and only the engine's or ours to
- * write (a new zero tensor when there was none). NULL when out of memory. */
-static tg_tensor *writable_grad(dist_param *p)
+/* p's .grad, held by the open scope; a parameter that requires grad but has
+ * none yet gets zeros (the gradient of 0 * sum(p)), so that it can take the
+ * other ranks' mean. NULL for a parameter that does not require grad. */
+static tg_tensor *grad_or_zeros(dist_param *p)
 {
-    tg_tensor *t = p->t;
-    if (t->grad && tg_is_contiguous(t->grad) && t->grad->dtype == t->dtype)
-        return t->grad;
-    tg_tensor *g = t->grad ? tg__convert(t->grad, t->dtype)
-                           : tg__empty(t->dtype, t->ndim, t->shape);
-    if (!g)
-        return NULL;
-    tg_release(t->grad);
-    t->grad = g;
-    return g;
+    tg_tensor *g = tg_grad(p->t);
+    if (g || !tg_requires_grad(p->t))
+        return g;
+    bool was = tg_set_grad_enabled(true);
+    tg_backward(tg_mul_scalar(tg_sum(p->t, NULL, 0, false), 0.0), NULL);
+    tg_set_grad_enabled(was);
+    return tg_grad(p->t);
+}
+
+/* Writes elements [lo, hi) of the bucket's copy of p into p's gradient g. */
+static int write_grad(dist_param *p, tg_tensor *g, int64_t lo, int64_t hi)
+{
+    const dist_bucket *b = &p->d->buckets[p->bucket];
+    size_t es = tg_dtype_size(b->dtype);
+    const char *src = (const char *)b->buf + (size_t)p->at * es;
+    if (tg_dtype_of(g) != b->dtype || tg_numel(g) != p->numel) {
+        tg_fail(TG_ERR_STATE, "tg_dist_backward: the gradient of \"%s\" is %s %s, not %s %s",
+                p->name, tg_dtype_name(tg_dtype_of(g)), TG_SHAPE_STRING(g),
+                tg_dtype_name(b->dtype), TG_SHAPE_STRING(p->t));
+        return -1;
+    }
+    if (tg_is_contiguous(g)) { /* tg_data marks the write (a new version) */
+        memcpy((char *)tg_data(g) + (size_t)lo * es, src + (size_t)lo * es,
+               (size_t)(hi - lo) * es);
+        return 0;
+    }
+    /* any other layout: the whole gradient, with [lo, hi) replaced */
+    char *all = malloc((size_t)p->numel * es);
+    int rc = all && tg_copy_to(g, b->dtype, all, p->numel) == 0 ? 0 : -1;
+    if (rc == 0) {
+        memcpy(all + (size_t)lo * es, src + (size_t)lo * es, (size_t)(hi - lo) * es);
+        rc = tg_copy_from(g, b->dtype, all, p->numel);
+    }
+    free(all);
+    return rc;
+}
+
+/* [lo, hi) of parameter p's elements inside rank r's shard (hi <= lo: none). */
+void tg__dist_shard_part(const tg_dist *d, const dist_param *p, int r, int64_t *lo, int64_t *hi)
+{
+    *lo = d->shard[r] - p->flat;
+    *hi = d->shard[r + 1] - p->flat;
+    *lo = *lo < 0 ? 0 : *lo;
+    *hi = *hi > p->numel ? p->numel : *hi;
 }
 
 /* Writes the reduced gradients back into .grad: everything (plain), or the
  * part of this rank's shard (zero1). */
 static int unpack(tg_dist *d)
 {
-    for (int i = 0; i < d->n; i++) {
+    int rc = 0;
+    tg_scope_begin();
+    for (int i = 0; i < d->n && rc == 0; i++) {
         dist_param *p = &d->params[i];
-        dist_bucket *b = &d->buckets[p->bucket];
-        tg_tensor *g = writable_grad(p);
-        if (!g)
-            return -1;
-        size_t es = tg_dtype_size(b->dtype);
+        tg_tensor *g = grad_or_zeros(p);
         int64_t lo = 0, hi = p->numel;
-        if (d->zero1) {
-            lo = d->shard[d->rank] - p->flat;
-            hi = d->shard[d->rank + 1] - p->flat;
-            lo = lo < 0 ? 0 : lo;
-            hi = hi > p->numel ? p->numel : hi;
-        }
-        if (hi > lo)
-            memcpy((char *)tg__ptr(g) + (size_t)lo * es,
-                   (char *)b->buf + (size_t)(p->at + lo) * es, (size_t)(hi - lo) * es);
-        tg__bump_version(g);
+        if (d->zero1)
+            tg__dist_shard_part(d, p, d->rank, &lo, &hi);
+        if (g && hi > lo)
+            rc = write_grad(p, g, lo, hi);
     }
-    return 0;
+    tg_scope_end();
+    return rc;
 }
 
 static void begin(tg_dist *d)
@@ -451,7 +484,7 @@ static void begin(tg_dist *d)
 int tg_dist_backward(tg_dist *d, tg_tensor *loss)
 {
     if (!d) {
-        tg__fail(TG_ERR_NULL, "tg_dist_backward: d is NULL");
+        tg_fail(TG_ERR_NULL, "tg_dist_backward: d is NULL");
         return -1;
     }
     begin(d);
@@ -474,7 +507,7 @@ int tg_dist_backward(tg_dist *d, tg_tensor *loss)
         rc = -1;
     int bad = tg__dist_first_failed(d->comm, d->rank, rc == 0);
     if (bad >= 0 && rc == 0)
-        tg__fail(TG_ERR_STATE, "tg_dist_backward: backward failed on rank %d", bad);
+        tg_fail(TG_ERR_STATE, "tg_dist_backward: backward failed on rank %d", bad);
     return bad >= 0 ? -1 : 0;
 }
 
@@ -496,11 +529,11 @@ tg_dist_stats tg_dist_last_stats(const tg_dist *d)
 int tg_dist_broadcast_params(tg_dist *d, int root)
 {
     if (!d) {
-        tg__fail(TG_ERR_NULL, "tg_dist_broadcast_params: d is NULL");
+        tg_fail(TG_ERR_NULL, "tg_dist_broadcast_params: d is NULL");
         return -1;
     }
     if (root < 0 || root >= d->size) {
-        tg__fail(TG_ERR_VALUE, "tg_dist_broadcast_params: root %d is not a rank of %d", root,
+        tg_fail(TG_ERR_VALUE, "tg_dist_broadcast_params: root %d is not a rank of %d", root,
                  d->size);
         return -1;
     }
@@ -514,7 +547,7 @@ int tg_dist_broadcast_params(tg_dist *d, int root)
                            d->params[i].numel);
         if (MPI_Bcast(b->buf, (int)b->numel, tg__mpi_type(b->dtype), root, d->comm) !=
             MPI_SUCCESS) {
-            tg__fail(TG_ERR_VALUE, "tg_dist_broadcast_params: MPI_Bcast failed");
+            tg_fail(TG_ERR_VALUE, "tg_dist_broadcast_params: MPI_Bcast failed");
             return -1;
         }
         for (int i = b->first; i <= b->last; i++)
@@ -528,11 +561,11 @@ int tg_dist_broadcast_params(tg_dist *d, int root)
 int tg_dist_allreduce_sum(tg_dist *d, double *values, int n)
 {
     if (!d || (!values && n > 0)) {
-        tg__fail(TG_ERR_NULL, "tg_dist_allreduce_sum: %s is NULL", d ? "values" : "d");
+        tg_fail(TG_ERR_NULL, "tg_dist_allreduce_sum: %s is NULL", d ? "values" : "d");
         return -1;
     }
     if (n < 0) {
-        tg__fail(TG_ERR_VALUE, "tg_dist_allreduce_sum: n is %d", n);
+        tg_fail(TG_ERR_VALUE, "tg_dist_allreduce_sum: n is %d", n);
         return -1;
     }
     /* every rank adds the same numbers in rank order: the same bits everywhere */
@@ -547,54 +580,62 @@ int tg_dist_allreduce_sum(tg_dist *d, double *values, int n)
     }
     free(all);
     if (!ok)
-        tg__fail(TG_ERR_NOMEM, "tg_dist_allreduce_sum: out of memory (or MPI failed) for %d "
+        tg_fail(TG_ERR_NOMEM, "tg_dist_allreduce_sum: out of memory (or MPI failed) for %d "
                                "values over %d ranks", n, d->size);
     return ok ? 0 : -1;
 }
 
-/* The squares of this rank's shard of every gradient (zero1), in double. */
-static double shard_sum_squares(const tg_dist *d)
+tg_tensor *tg__dist_slice(const tg_tensor *t, int64_t lo, int64_t len)
+{
+    bool was = tg_set_grad_enabled(false);
+    int64_t n = tg_numel(t);
+    tg_tensor *v = tg_narrow(tg_reshape(t, 1, &n), 0, lo, len);
+    tg_set_grad_enabled(was);
+    return v;
+}
+
+/* The sum of squares of every gradient (zero1: of this rank's shard of it),
+ * in double. */
+static double grad_sum_squares(const tg_dist *d)
 {
     double s = 0;
+    tg_scope_begin();
     for (int i = 0; i < d->n; i++) {
         const dist_param *p = &d->params[i];
-        int64_t lo = d->shard[d->rank] - p->flat, hi = d->shard[d->rank + 1] - p->flat;
-        lo = lo < 0 ? 0 : lo;
-        hi = hi > p->numel ? p->numel : hi;
-        if (!p->t->grad || hi <= lo)
-            continue;
-        int64_t len = hi - lo, one = 1;
-        tg_tensor *v = tg__view(p->t->grad, 1, &len, &one, p->t->grad->offset + lo);
-        s += tg_sum_squares(v);
-        tg_release(v);
+        int64_t lo = 0, hi = p->numel;
+        if (d->zero1)
+            tg__dist_shard_part(d, p, d->rank, &lo, &hi);
+        tg_tensor *g = tg_grad(p->t);
+        if (g && hi > lo)
+            s += tg_sum_squares(d->zero1 ? tg__dist_slice(g, lo, hi - lo) : g);
     }
+    tg_scope_end();
     return s;
 }
 
 double tg_dist_clip_grad_norm(tg_dist *d, double max_norm)
 {
     if (!d) {
-        tg__fail(TG_ERR_NULL, "tg_dist_clip_grad_norm: d is NULL");
+        tg_fail(TG_ERR_NULL, "tg_dist_clip_grad_norm: d is NULL");
         return -1;
     }
     if (!(max_norm >= 0)) {
-        tg__fail(TG_ERR_VALUE, "tg_dist_clip_grad_norm: max_norm is %g", max_norm);
+        tg_fail(TG_ERR_VALUE, "tg_dist_clip_grad_norm: max_norm is %g", max_norm);
         return -1;
     }
-    double sq = 0;
-    if (d->zero1) {
-        sq = shard_sum_squares(d);
-        if (tg_dist_allreduce_sum(d, &sq, 1) < 0)
-            return -1;
-    } else {
-        for (int i = 0; i < d->n; i++)
-            if (d->params[i].t->grad)
-                sq += tg_sum_squares(d->params[i].t->grad);
-    }
+    /* plain: every rank holds the same gradients, so the same norm */
+    double sq = grad_sum_squares(d);
+    if (d->zero1 && tg_dist_allreduce_sum(d, &sq, 1) < 0)
+        return -1;
     double norm = sqrt(sq), scale = max_norm / (norm + 1e-6);
-    if (scale < 1 || isnan(scale))
-        for (int i = 0; i < d->n; i++)
-            if (d->params[i].t->grad)
-                tg_scale_in_place(d->params[i].t->grad, scale);
+    if (scale < 1 || isnan(scale)) {
+        tg_scope_begin();
+        for (int i = 0; i < d->n; i++) {
+            tg_tensor *g = tg_grad(d->params[i].t);
+            if (g)
+                tg_scale_in_place(g, scale);
+        }
+        tg_scope_end();
+    }
     return norm;
 }

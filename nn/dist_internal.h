@@ -6,7 +6,6 @@
 
 #include <tensorgrad/dist.h>
 #include <tensorgrad/module.h>
-#include "internal.h"
 
 typedef struct dist_param dist_param;
 
@@ -59,6 +58,13 @@ static inline MPI_Datatype tg__mpi_type(tg_dtype dtype)
 {
     return dtype == TG_FLOAT32 ? MPI_FLOAT : MPI_DOUBLE;
 }
+
+/* [lo, hi) of parameter p's elements inside rank r's shard (hi <= lo: none). */
+void tg__dist_shard_part(const tg_dist *d, const dist_param *p, int r, int64_t *lo, int64_t *hi);
+
+/* Elements [lo, lo + len) of the contiguous t, flattened: a view (grad mode
+ * off) held by the open scope. */
+tg_tensor *tg__dist_slice(const tg_tensor *t, int64_t lo, int64_t len);
 
 /* Collective: the lowest rank whose ok is false, or -1 when every rank is ok. */
 int tg__dist_first_failed(MPI_Comm comm, int rank, bool ok);

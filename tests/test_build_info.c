@@ -81,6 +81,7 @@ START_TEST(build_info_matches_the_build)
     ck_assert_msg(strncmp(info.compiler, "gcc ", 4) == 0, "compiler %s", info.compiler);
 #endif
     ck_assert_int_eq(info.openmp, TG_HAVE_OPENMP);
+    ck_assert_int_eq(info.mpi, TG_HAVE_MPI);
     ck_assert_int_eq(info.threads, tg_num_threads());
 #if TG_HAVE_BLAS
     ck_assert_str_eq(info.blas, "OpenBLAS");
@@ -131,6 +132,8 @@ START_TEST(build_info_format_is_one_line_measured_like_snprintf)
              info.gemm_isa);
     ck_assert_msg(strncmp(line, head, strlen(head)) == 0, "line: %s", line);
     ck_assert_ptr_nonnull(strstr(line, info.openmp ? "openmp: yes" : "openmp: no"));
+    const char *mpi = strstr(line, "; mpi: ");
+    ck_assert_msg(mpi && strcmp(mpi, info.mpi ? "; mpi: yes" : "; mpi: no") == 0, "line: %s", line);
 
     char small[12];
     ck_assert_int_eq(tg_build_info_format(small, sizeof small), need);

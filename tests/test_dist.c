@@ -68,13 +68,22 @@ static tg_tensor *batch(tg_dtype dt, int lo, int hi, int cols, bool target)
 
 /* scale * (sum of squared errors over rows [lo, hi)); call inside a scope,
  * which holds the result and every intermediate. */
-static tg_tensor *model_loss(const model *m, tg_dtype dt, int lo, int hi, double scale)
+static tg_tensor *model_loss_gain(const model *m, tg_dtype dt, int lo, int hi, double scale,
+                                  const tg_tensor *gain)
 {
     tg_tensor *x = batch(dt, lo, hi, IN, false), *y = batch(dt, lo, hi, OUT, true);
     tg_tensor *h = tg_tanh(tg_affine(x, m->w[0], m->w[1]));
     h = tg_tanh(tg_affine(h, m->w[2], m->w[3]));
-    tg_tensor *d = tg_sub(tg_affine(h, m->w[4], m->w[5]), y);
+    tg_tensor *o = tg_affine(h, m->w[4], m->w[5]);
+    if (gain) /* [OUT], of another dtype */
+        o = tg_mul(o, tg_to_dtype(gain, dt));
+    tg_tensor *d = tg_sub(o, y);
     return tg_mul_scalar(tg_sum(tg_mul(d, d), NULL, 0, false), scale);
+}
+
+static tg_tensor *model_loss(const model *m, tg_dtype dt, int lo, int hi, double scale)
+{
+    return model_loss_gain(m, dt, lo, hi, scale, NULL);
 }
 
 /* This rank's rows of the combined batch when split evenly. */
@@ -89,6 +98,14 @@ static void reference_backward(model *m, tg_dtype dt)
 {
     tg_scope_begin();
     ck_assert_int_eq(tg_backward(model_loss(m, dt, 0, ROWS, 1.0 / ROWS), NULL), 0);
+    tg_scope_end();
+}
+
+/* The mean loss over rows [lo, hi) through d. */
+static void dist_backward_rows(tg_dist *d, model *m, tg_dtype dt, int lo, int hi)
+{
+    tg_scope_begin();
+    ck_assert_int_eq(tg_dist_backward(d, model_loss(m, dt, lo, hi, 1.0 / (hi - lo))), 0);
     tg_scope_end();
 }
 
@@ -241,6 +258,59 @@ START_TEST(uneven_shards_weighted_by_the_summed_counts_match_the_combined_batch)
     tg_dist_free(d);
     model_free(&ref);
     model_free(&dp);
+}
+END_TEST
+
+/* A float32 gain on the float64 model's output: its gradient travels in a
+ * float32 bucket; plain and ZeRO-1 both train as one process does. */
+START_TEST(float32_and_float64_parameters_reduce_in_buckets_of_their_own)
+{
+    for (int zero1 = 0; zero1 < 2; zero1++) {
+        model ref, dp;
+        tg_tensor *gains[2];
+        model *ms[2] = {&ref, &dp};
+        for (int k = 0; k < 2; k++) {
+            model_init(ms[k], TG_FLOAT64, 15);
+            gains[k] = T32(SHAPE(OUT), 1, 1.5f, 0.5f, -1.0f);
+            tg_set_requires_grad(gains[k], true);
+            tg_params_add(&ms[k]->ps, NULL, "gain", gains[k]);
+            tg_release(gains[k]);
+        }
+        tg_dist *d = tg_dist_new(MPI_COMM_WORLD, &dp.ps,
+                                 &(tg_dist_options){.bucket_bytes = 256, .zero1 = zero1});
+        tg_optim *ro = tg_adamw_new(&ref.ps, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+        tg_optim *po = zero1 ? NULL : tg_adamw_new(&dp.ps, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+        tg_dist_adamw *zo = zero1 ? tg_dist_adamw_new(d, 1e-2, 0.9, 0.999, 1e-8, 0.01) : NULL;
+        int lo, hi;
+        my_rows(&lo, &hi);
+        for (int step = 0; step < 3; step++) {
+            tg_optim_zero_grad(ro);
+            model_zero_grad(&dp);
+            tg_zero_grad(gains[1]);
+            tg_scope_begin();
+            ck_assert_int_eq(tg_backward(model_loss_gain(&ref, TG_FLOAT64, 0, ROWS, 1.0 / ROWS,
+                                                         gains[0]), NULL), 0);
+            ck_assert_int_eq(tg_dist_backward(d, model_loss_gain(&dp, TG_FLOAT64, lo, hi,
+                                                                 1.0 / (hi - lo), gains[1])), 0);
+            tg_scope_end();
+            ck_assert_int_eq(tg_optim_step(ro), 0);
+            ck_assert_int_eq(zero1 ? tg_dist_adamw_step(zo) : tg_optim_step(po), 0);
+        }
+        tg_dist_stats st = tg_dist_last_stats(d);
+        double diff = fmax(model_diff(&dp, &ref), max_diff(gains[1], gains[0], 0));
+        bool same = model_same_on_every_rank(&dp) && same_on_every_rank(gains[1]);
+        ck_assert_int_ge(st.buckets, 2);
+        ck_assert_int_eq(st.bytes, (tg_params_numel(&dp.ps) - OUT) * 8 + OUT * 4);
+        /* float32 sums grouped another way round differently */
+        ck_assert_msg(diff <= 1e-6, "zero1 %d: %g from one process", zero1, diff);
+        ck_assert(same);
+        tg_dist_adamw_free(zo);
+        tg_optim_free(ro);
+        tg_optim_free(po);
+        tg_dist_free(d);
+        model_free(&ref);
+        model_free(&dp);
+    }
 }
 END_TEST
 
@@ -445,6 +515,174 @@ START_TEST(a_failed_backward_on_one_rank_fails_every_rank)
 }
 END_TEST
 
+/* ---- ZeRO stage 1 ----------------------------------------------------------------- */
+
+static void model_copy(model *dst, const model *src)
+{
+    for (int k = 0; k < 6; k++) {
+        double v[HID * HID];
+        int64_t n = tg_numel(src->w[k]);
+        tg_copy_to(src->w[k], TG_FLOAT64, v, n);
+        tg_copy_from(dst->w[k], TG_FLOAT64, v, n);
+    }
+}
+
+START_TEST(zero1_equals_plain_data_parallelism_after_10_steps)
+{
+    model plain, zero;
+    model_init(&plain, TG_FLOAT64, 11);
+    model_init(&zero, TG_FLOAT64, 11);
+    tg_dist *dp = tg_dist_new(MPI_COMM_WORLD, &plain.ps, &(tg_dist_options){.bucket_bytes = 512});
+    tg_dist *dz = tg_dist_new(MPI_COMM_WORLD, &zero.ps,
+                              &(tg_dist_options){.bucket_bytes = 512, .zero1 = true});
+    tg_optim *po = tg_adamw_new(&plain.ps, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+    tg_dist_adamw *zo = tg_dist_adamw_new(dz, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+    ck_assert_ptr_nonnull(zo);
+    for (int step = 0; step < 10; step++) {
+        model_zero_grad(&plain);
+        model_zero_grad(&zero);
+        dist_backward(dp, &plain, TG_FLOAT64);
+        dist_backward(dz, &zero, TG_FLOAT64);
+        ck_assert_int_eq(tg_optim_step(po), 0);
+        ck_assert_int_eq(tg_dist_adamw_step(zo), 0);
+    }
+    ck_assert_int_eq(tg_dist_adamw_steps(zo), 10);
+    double diff = model_diff(&zero, &plain);
+    bool same = model_same_on_every_rank(&zero);
+    if (world == 1) /* one rank: tg_adamw's bits */
+        ck_assert_msg(diff == 0, "1 rank differs from tg_adamw by %g", diff);
+    ck_assert_msg(diff <= 1e-12, "ZeRO-1 differs from plain data parallelism by %g", diff);
+    ck_assert(same);
+    tg_dist_adamw_free(zo);
+    tg_optim_free(po);
+    tg_dist_free(dp);
+    tg_dist_free(dz);
+    model_free(&plain);
+    model_free(&zero);
+}
+END_TEST
+
+START_TEST(zero1_state_bytes_fall_as_one_over_world_size)
+{
+    model m;
+    model_init(&m, TG_FLOAT64, 12);
+    tg_dist *d = tg_dist_new(MPI_COMM_WORLD, &m.ps, &(tg_dist_options){.zero1 = true});
+    tg_dist_adamw *o = tg_dist_adamw_new(d, 1e-3, 0.9, 0.999, 1e-8, 0);
+    int64_t whole = 2 * tg_params_numel(&m.ps) * 8, mine = tg_dist_adamw_state_bytes(o);
+    double sum = (double)mine;
+    ck_assert_int_eq(tg_dist_allreduce_sum(d, &sum, 1), 0);
+    ck_assert_double_eq(sum, (double)whole);
+    /* an even split, to one element */
+    ck_assert_int_le(llabs(mine * world - whole), 16 * world);
+    tg_dist_adamw_free(o);
+    tg_dist_free(d);
+    model_free(&m);
+}
+END_TEST
+
+/* Continues training from `from` for 3 steps on rows [lo, hi) of a dist on
+ * comm with a tg_dist_adamw loaded from state, into m. */
+static void resume_sharded(model *m, const model *from, const tg_params *state, MPI_Comm comm,
+                           int lo, int hi)
+{
+    model_copy(m, from);
+    tg_dist *d = tg_dist_new(comm, &m->ps, &(tg_dist_options){.bucket_bytes = 256, .zero1 = true});
+    tg_dist_adamw *o = tg_dist_adamw_new(d, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+    ck_assert_int_eq(tg_dist_adamw_load_state(o, state), 0);
+    ck_assert_int_eq(tg_dist_adamw_steps(o), 3);
+    for (int step = 0; step < 3; step++) {
+        model_zero_grad(m);
+        dist_backward_rows(d, m, TG_FLOAT64, lo, hi);
+        ck_assert_int_eq(tg_dist_adamw_step(o), 0);
+    }
+    tg_dist_adamw_free(o);
+    tg_dist_free(d);
+}
+
+START_TEST(zero1_state_resumes_in_tg_adamw_and_at_any_world_size)
+{
+    model m, ref, alone, here;
+    model_init(&m, TG_FLOAT64, 13);
+    tg_dist *d = tg_dist_new(MPI_COMM_WORLD, &m.ps, &(tg_dist_options){.zero1 = true});
+    tg_dist_adamw *o = tg_dist_adamw_new(d, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+    for (int step = 0; step < 3; step++) {
+        model_zero_grad(&m);
+        dist_backward(d, &m, TG_FLOAT64);
+        ck_assert_int_eq(tg_dist_adamw_step(o), 0);
+    }
+    tg_params state = {0};
+    ck_assert_int_eq(tg_dist_adamw_state(o, &state), 0);
+    ck_assert_int_eq(state.count, 1 + 3 * 6);
+    ck_assert_int_eq(tg_dist_adamw_state(o, &state), -1); /* "step" is there already */
+    ck_assert_int_eq(tg_error_code(), TG_ERR_VALUE);
+    tg_error_clear();
+    /* one process with tg_adamw on the combined batch */
+    model_init(&ref, TG_FLOAT64, 0);
+    model_copy(&ref, &m);
+    tg_optim *ro = tg_adamw_new(&ref.ps, 1e-2, 0.9, 0.999, 1e-8, 0.01);
+    ck_assert_int_eq(tg_optim_load_state(ro, &state), 0);
+    for (int step = 0; step < 3; step++) {
+        model_zero_grad(&ref);
+        reference_backward(&ref, TG_FLOAT64);
+        ck_assert_int_eq(tg_optim_step(ro), 0);
+    }
+    /* a world of one (each rank alone) and the world it was saved at */
+    model_init(&alone, TG_FLOAT64, 0);
+    model_init(&here, TG_FLOAT64, 0);
+    resume_sharded(&alone, &m, &state, MPI_COMM_SELF, 0, ROWS);
+    int lo, hi;
+    my_rows(&lo, &hi);
+    resume_sharded(&here, &m, &state, MPI_COMM_WORLD, lo, hi);
+    bool same = model_same_on_every_rank(&here);
+    ck_assert_msg(model_diff(&alone, &ref) == 0, "1 rank differs from tg_adamw by %g",
+                  model_diff(&alone, &ref));
+    ck_assert_double_le(model_diff(&here, &ref), 1e-12);
+    ck_assert(same);
+    tg_optim_free(ro);
+    tg_params_clear(&state);
+    tg_dist_adamw_free(o);
+    tg_dist_free(d);
+    model_free(&m);
+    model_free(&ref);
+    model_free(&alone);
+    model_free(&here);
+}
+END_TEST
+
+START_TEST(zero1_refuses_misuse_on_every_rank)
+{
+    model m;
+    model_init(&m, TG_FLOAT64, 14);
+    tg_dist *plain = tg_dist_new(MPI_COMM_WORLD, &m.ps, NULL);
+    ck_assert_ptr_null(tg_dist_adamw_new(plain, 1e-3, 0.9, 0.999, 1e-8, 0));
+    ck_assert_int_eq(tg_error_code(), TG_ERR_STATE);
+    tg_error_clear();
+    tg_dist_free(plain);
+    tg_dist *d = tg_dist_new(MPI_COMM_WORLD, &m.ps, &(tg_dist_options){.zero1 = true});
+    ck_assert_ptr_null(tg_dist_adamw_new(d, 1e-3, 1.5, 0.999, 1e-8, 0));
+    ck_assert_int_eq(tg_error_code(), TG_ERR_VALUE);
+    tg_error_clear();
+    tg_dist_adamw *o = tg_dist_adamw_new(d, 1e-3, 0.9, 0.999, 1e-8, 0);
+    /* no gradients yet: nothing moves, on any rank */
+    double before[HID * HID];
+    tg_copy_to(m.w[2], TG_FLOAT64, before, HID * HID);
+    ck_assert_int_eq(tg_dist_adamw_step(o), -1);
+    ck_assert_int_eq(tg_error_code(), TG_ERR_STATE);
+    tg_error_clear();
+    double after[HID * HID];
+    tg_copy_to(m.w[2], TG_FLOAT64, after, HID * HID);
+    ck_assert_mem_eq(before, after, sizeof before);
+    ck_assert_int_eq(tg_dist_adamw_steps(o), 0);
+    tg_params bad = {0};
+    ck_assert_int_eq(tg_dist_adamw_load_state(o, &bad), -1);
+    ck_assert_int_eq(tg_error_code(), TG_ERR_VALUE);
+    tg_error_clear();
+    tg_dist_adamw_free(o);
+    tg_dist_free(d);
+    model_free(&m);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -456,6 +694,7 @@ int main(int argc, char **argv)
     tcase_add_test(train, data_parallel_float64_matches_the_combined_batch_after_10_steps);
     tcase_add_test(train, data_parallel_float32_gradients_match_within_relative_tolerance);
     tcase_add_test(train, uneven_shards_weighted_by_the_summed_counts_match_the_combined_batch);
+    tcase_add_test(train, float32_and_float64_parameters_reduce_in_buckets_of_their_own);
     tcase_add_test(train, allreduce_sum_gives_every_rank_the_same_sum);
     tcase_add_test(train, broadcast_makes_replicas_from_different_seeds_identical);
     tcase_add_test(train, clip_grad_norm_clips_the_averaged_gradient);
@@ -467,6 +706,12 @@ int main(int argc, char **argv)
     tcase_add_test(bad, a_rank_refusing_its_parameters_fails_every_rank);
     tcase_add_test(bad, a_failed_backward_on_one_rank_fails_every_rank);
     suite_add_tcase(s, bad);
+    TCase *zero = tcase_checked("zero1");
+    tcase_add_test(zero, zero1_equals_plain_data_parallelism_after_10_steps);
+    tcase_add_test(zero, zero1_state_bytes_fall_as_one_over_world_size);
+    tcase_add_test(zero, zero1_state_resumes_in_tg_adamw_and_at_any_world_size);
+    tcase_add_test(zero, zero1_refuses_misuse_on_every_rank);
+    suite_add_tcase(s, zero);
     /* no fork: the children of a forked test could not use MPI */
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -64,7 +64,10 @@ typedef struct {
  * opts NULL means all defaults. Buckets are filled in reverse parameter
  * order (backward produces the last layers' gradients first); a parameter
  * larger than a bucket gets a bucket of its own. Installs a grad-ready hook
- * (tg_set_grad_ready_hook) on every parameter, which tg_dist_free removes.
+ * (tg_set_grad_ready_hook) on every parameter, replacing any, which
+ * tg_dist_free removes: a parameter belongs to one tg_dist at a time. With
+ * zero1 every parameter must be contiguous (it is updated in place by
+ * slices).
  * Returns NULL with TG_ERR_NULL (ps), TG_ERR_VALUE (empty ps, a negative
  * bucket_bytes, a mismatch across ranks, an MPI failure), TG_ERR_DTYPE,
  * TG_ERR_STATE (a non-leaf parameter) or TG_ERR_NOMEM. */
@@ -76,18 +79,27 @@ TG_API int tg_dist_world_size(const tg_dist *d);
  * different seeds become identical). Bumps each parameter's version. 0, or
  * -1 (TG_ERR_NULL, TG_ERR_VALUE for a root outside the world). */
 TG_API int tg_dist_broadcast_params(tg_dist *d, int root);
-/* tg_backward(loss, NULL) with each bucket's MPI_Iallreduce (zero1:
- * MPI_Ireduce_scatter) started as soon as all its gradients are ready; on
- * return every .grad holds the mean over ranks (zero1: only this rank's own
- * shard of the mean is exact, which is what tg_dist_adamw reads; the rest of
- * .grad holds this rank's local gradient). Gradients accumulate into .grad
- * as tg_backward does (zero them between steps); a parameter that got no
- * gradient on this rank contributes zeros and gets a .grad (zeros where no
- * rank had one). loss must hold one element. A failing backward on one rank
- * cannot be hidden from the others: that rank still joins every reduce
- * (with its gradients as they are) so that no rank hangs, and returns -1;
- * every rank learns of it (all ranks return -1, TG_ERR_STATE "tg_dist_backward:
- * backward failed on rank 2"). */
+/* tg_backward(loss, NULL) with each bucket's reduce started as soon as all
+ * its gradients are ready: an MPI_Ireduce_scatter (each element summed on
+ * one rank and divided by the world size there) then, without zero1, an
+ * MPI_Iallgatherv of the reduced parts; together an all-reduce that gives
+ * every rank the same bits. On return every .grad holds the mean over ranks
+ * (zero1: only this rank's own shard of the mean, which is what
+ * tg_dist_adamw reads; the rest of .grad holds this rank's local gradient).
+ *
+ * What .grad held before is reduced with the new gradient, so zero the
+ * gradients between steps. To accumulate over micro-batches, run plain
+ * tg_backward for all but the last and tg_dist_backward for the last
+ * (PyTorch DDP's no_sync): one reduce then carries the sum. With zero1 that
+ * is the only way (a second tg_dist_backward would mix in the local values
+ * outside the shard). A parameter that requires grad but got none on this
+ * rank contributes zeros and gets a .grad (zeros where no rank had one).
+ * loss must hold one element.
+ *
+ * A backward that fails on one rank cannot leave the others waiting: that
+ * rank still joins every reduce (with its gradients as they are), and every
+ * rank returns -1 (the others with TG_ERR_STATE "tg_dist_backward: backward
+ * failed on rank 2"). 0, or -1. */
 TG_API int tg_dist_backward(tg_dist *d, tg_tensor *loss);
 /* values[0..n) summed over ranks in place, in double; the same bits on every
  * rank. For a loss averaged over uneven shards: sum (loss * count) and count,
