@@ -141,8 +141,9 @@ static int parse_options(int argc, char **argv, bool train, options *o)
         char e[96];
         if (!known)
             return usage_error("unknown option '%s' for %s", escaped(name, e, sizeof e), argv[1]);
-        if (!strcmp(name, "--greedy") || !strcmp(name, "--zero1")) {
-            *(name[2] == 'g' ? &o->greedy : &o->zero1) = true;
+        if (!strcmp(name, "--greedy") || !strcmp(name, "--zero1")) { /* the flags */
+            o->greedy |= name[2] == 'g';
+            o->zero1 |= name[2] == 'z';
             continue;
         }
         if (i + 1 >= argc)
