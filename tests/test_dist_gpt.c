@@ -11,6 +11,13 @@
 static char dir[64];
 static char output[1 << 17];
 
+/* The end of output, short enough for a Check message. */
+static const char *tail(void)
+{
+    size_t n = strlen(output);
+    return n > 3000 ? output + n - 3000 : output;
+}
+
 /* Runs `mpiexec -np NP gpt ARGS` in dir (np 0: gpt alone, no mpiexec), with
  * stdout and stderr in output, and a minute's limit; the exit status. */
 static int run_np(int np, const char *args)
@@ -28,20 +35,24 @@ static int run_np(int np, const char *args)
     size_t n = fread(output, 1, sizeof output - 1, p);
     output[n] = '\0';
     int status = pclose(p);
-    ck_assert_msg(WIFEXITED(status), "gpt %s did not exit:\n%s", args, output);
-    ck_assert_msg(WEXITSTATUS(status) != 124, "gpt %s timed out:\n%s", args, output);
-    ck_assert_msg(!strstr(output, "leaked"), "%s", output);
+    ck_assert_msg(WIFEXITED(status), "gpt %s did not exit:\n%s", args, tail());
+    ck_assert_msg(WEXITSTATUS(status) != 124, "gpt %s timed out:\n%s", args, tail());
+    /* gpt's own count; under AddressSanitizer a leak exits 23, which fails the
+     * runs that must succeed (in a job that ends on a failed rank, mpiexec can
+     * stop a rank inside MPI_Finalize, and LeakSanitizer then reports what
+     * MPI's unloaded plugins held, with no module to suppress by) */
+    ck_assert_msg(!strstr(output, "tensors leaked"), "%s", tail());
     return WEXITSTATUS(status);
 }
 
 #define ck_assert_output(fragment) \
-    ck_assert_msg(strstr(output, fragment) != NULL, "no '%s' in:\n%s", fragment, output)
+    ck_assert_msg(strstr(output, fragment) != NULL, "no '%s' in:\n%s", fragment, tail())
 
 /* The loss and validation loss of the "final:" line. */
 static void final_losses(double *loss, double *val)
 {
     const char *at = strstr(output, "final: step");
-    ck_assert_msg(at != NULL, "no final line in:\n%s", output);
+    ck_assert_msg(at != NULL, "no final line in:\n%s", tail());
     ck_assert_int_eq(sscanf(at, "final: step %*d loss %lf val %lf", loss, val), 2);
 }
 
@@ -187,7 +198,7 @@ static void assert_every_rank_stops(const char *args, const char *why)
     double started = seconds_now();
     ck_assert_int_ne(run_np(1, args), 0);
     ck_assert_msg(seconds_now() - started < 30, "the job took %.0f s to end:\n%s",
-                  seconds_now() - started, output);
+                  seconds_now() - started, tail());
     ck_assert_output(why);
     ck_assert_output("gpt: rank 0 stops: rank 1 failed");
 }
@@ -206,7 +217,7 @@ START_TEST(data_file_missing_on_one_rank_ends_every_rank)
              getenv("TG_EXAMPLES"));
     assert_every_rank_stops(args, "gone.txt");
     ck_assert_msg(access(in_dir("o.st"), F_OK) != 0,
-                  "a checkpoint was written:\n%s", output);
+                  "a checkpoint was written:\n%s", tail());
 }
 END_TEST
 
