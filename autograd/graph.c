@@ -228,19 +228,6 @@ void tg_zero_grad(tg_tensor *t)
     t->grad = NULL;
 }
 
-int tg_set_grad_ready_hook(tg_tensor *leaf, tg_grad_ready_fn fn, void *user)
-{
-    TG_CHECK_NULL_STATUS(leaf);
-    if (leaf->node) {
-        tg__fail(TG_ERR_STATE, "tg_set_grad_ready_hook: only leaves have a hook; this tensor "
-                               "was made by %s", tg_op_name(tg__node_of(leaf)->op));
-        return -1;
-    }
-    leaf->grad_hook = fn;
-    leaf->grad_hook_user = fn ? user : NULL;
-    return 0;
-}
-
 tg_tensor *tg_detach(const tg_tensor *t)
 {
     TG_CHECK_NULL(t);
@@ -712,63 +699,6 @@ nomem:
     return NULL;
 }
 
-/* ---- grad-ready hooks ----------------------------------------------------- */
-
-/* The leaves with a hook among the inputs of order[0..n), each retained
- * once, with grad_pending set to the number of graph edges that will add
- * to its .grad. *leaves is NULL (and *count 0) when there are none. */
-static int count_hooked(tg_node **order, int64_t n, tg_tensor ***leaves, int64_t *count)
-{
-    int64_t used = 0, cap = 0;
-    tg_tensor **list = NULL;
-    for (int64_t i = 0; i < n; i++) {
-        for (int j = 0; j < order[i]->n_inputs; j++) {
-            tg_tensor *in = order[i]->inputs[j];
-            if (!in || in->node || !in->grad_hook || !order[i]->needs[j])
-                continue;
-            if (in->grad_pending++ > 0)
-                continue;
-            if (used == cap) {
-                cap = cap ? 2 * cap : 16;
-                void *p = realloc(list, (size_t)cap * sizeof *list);
-                if (!p) {
-                    in->grad_pending = 0;
-                    *leaves = list;
-                    *count = used;
-                    tg__fail(TG_ERR_NOMEM, "tg_backward: out of memory listing hooked leaves");
-                    return -1;
-                }
-                list = p;
-            }
-            list[used++] = tg_retain(in);
-        }
-    }
-    *leaves = list;
-    *count = used;
-    return 0;
-}
-
-/* The node has run: each hooked leaf it fed has one contribution fewer to
- * wait for, and those with none left are complete. */
-static void leaves_fed(tg_node *node)
-{
-    for (int j = 0; j < node->n_inputs; j++) {
-        tg_tensor *in = node->inputs[j];
-        if (in && !in->node && in->grad_hook && node->needs[j] && in->grad_pending > 0 &&
-            --in->grad_pending == 0)
-            in->grad_hook(in, in->grad_hook_user);
-    }
-}
-
-static void forget_hooked(tg_tensor **leaves, int64_t count)
-{
-    for (int64_t i = 0; i < count; i++) {
-        leaves[i]->grad_pending = 0;
-        tg_release(leaves[i]);
-    }
-    free(leaves);
-}
-
 static int check_root(const tg_tensor *root, const tg_tensor *grad_output)
 {
     if (!root->requires_grad) {
@@ -820,7 +750,7 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad_output)
         int64_t n = 0, n_hooked = 0;
         tg_tensor **hooked = NULL;
         tg_node **order = topological_order(tg__node_of(root), &n);
-        if (!order || count_hooked(order, n, &hooked, &n_hooked) < 0)
+        if (!order || tg__count_hooked(order, n, &hooked, &n_hooked) < 0)
             rc = -1;
         for (int64_t i = 0; i < n; i++)
             order[i]->owner.refcount++; /* freeing links below must not free nodes we visit */
@@ -832,7 +762,7 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad_output)
             if (order[i]->grad && run_node(order[i]) < 0)
                 rc = -1;
             if (rc == 0 && n_hooked)
-                leaves_fed(order[i]);
+                tg__leaves_fed(order[i]);
             free_links(order[i]);
         }
         for (int64_t i = n - 1; i >= 0; i--)
@@ -840,7 +770,7 @@ int tg_backward(tg_tensor *root, const tg_tensor *grad_output)
         for (int64_t i = 0; i < n; i++)
             tg__node_release(order[i]);
         free(order);
-        forget_hooked(hooked, n_hooked);
+        tg__forget_hooked(hooked, n_hooked);
     }
     tg_scope_end();
     tg_set_grad_enabled(was_enabled);

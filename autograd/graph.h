@@ -101,6 +101,18 @@ void tg__add_into(tg_tensor *dst, const tg_tensor *src);
  * summed back to that shape: new reference. */
 tg_tensor *tg__sum_to(const tg_tensor *grad, int ndim, const int64_t *shape);
 
+/* Grad-ready hooks (autograd/grad_hooks.c), for tg_backward. The leaves with
+ * a hook among the inputs of order[0..n), each retained once, with
+ * grad_pending set to the number of graph edges that will add to its .grad,
+ * into *leaves (malloc'd; NULL when none) and *count. -1 when out of memory
+ * (what was listed is still listed). */
+int tg__count_hooked(tg_node **order, int64_t n, tg_tensor ***leaves, int64_t *count);
+/* node's backward has run: each hooked leaf it fed has one contribution
+ * fewer to wait for; the hook of one with none left is called. */
+void tg__leaves_fed(tg_node *node);
+/* Clears the counts of the listed leaves, releases them and frees the list. */
+void tg__forget_hooked(tg_tensor **leaves, int64_t count);
+
 /* Called by the engine with each op whose backward ran (for gradcheck's
  * coverage count); NULL turns it off. Per thread. */
 typedef void (*tg_backward_observer)(tg_op op, void *user);

@@ -599,9 +599,11 @@ static void resume_sharded(model *m, const model *from, const tg_params *state, 
     tg_dist_free(d);
 }
 
+/* Saved at the suite's world size (4 at most), resumed in tg_adamw, at one
+ * rank, at half the world and at the whole. */
 START_TEST(zero1_state_resumes_in_tg_adamw_and_at_any_world_size)
 {
-    model m, ref, alone, here;
+    model m, ref, alone, half, here;
     model_init(&m, TG_FLOAT64, 13);
     tg_dist *d = tg_dist_new(MPI_COMM_WORLD, &m.ps, &(tg_dist_options){.zero1 = true});
     tg_dist_adamw *o = tg_dist_adamw_new(d, 1e-2, 0.9, 0.999, 1e-8, 0.01);
@@ -626,14 +628,27 @@ START_TEST(zero1_state_resumes_in_tg_adamw_and_at_any_world_size)
         reference_backward(&ref, TG_FLOAT64);
         ck_assert_int_eq(tg_optim_step(ro), 0);
     }
-    /* a world of one (each rank alone) and the world it was saved at */
+    /* a world of one (each rank alone), half the world (the first half of
+     * the ranks) and the world it was saved at */
     model_init(&alone, TG_FLOAT64, 0);
+    model_init(&half, TG_FLOAT64, 0);
     model_init(&here, TG_FLOAT64, 0);
     resume_sharded(&alone, &m, &state, MPI_COMM_SELF, 0, ROWS);
+    int halves = world > 1 ? world / 2 : 1;
+    MPI_Comm sub;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < halves ? 0 : MPI_UNDEFINED, rank, &sub);
+    double half_diff = 0;
+    if (sub != MPI_COMM_NULL) {
+        int per = ROWS / halves;
+        resume_sharded(&half, &m, &state, sub, rank * per, rank * per + per);
+        half_diff = model_diff(&half, &ref);
+        MPI_Comm_free(&sub);
+    }
     int lo, hi;
     my_rows(&lo, &hi);
     resume_sharded(&here, &m, &state, MPI_COMM_WORLD, lo, hi);
     bool same = model_same_on_every_rank(&here);
+    ck_assert_double_le(half_diff, 1e-12);
     ck_assert_msg(model_diff(&alone, &ref) == 0, "1 rank differs from tg_adamw by %g",
                   model_diff(&alone, &ref));
     ck_assert_double_le(model_diff(&here, &ref), 1e-12);
@@ -645,6 +660,7 @@ START_TEST(zero1_state_resumes_in_tg_adamw_and_at_any_world_size)
     model_free(&m);
     model_free(&ref);
     model_free(&alone);
+    model_free(&half);
     model_free(&here);
 }
 END_TEST

@@ -69,8 +69,11 @@ typedef struct {
  * zero1 every parameter must be contiguous (it is updated in place by
  * slices).
  * Returns NULL with TG_ERR_NULL (ps), TG_ERR_VALUE (empty ps, a negative
- * bucket_bytes, a mismatch across ranks, an MPI failure), TG_ERR_DTYPE,
- * TG_ERR_STATE (a non-leaf parameter) or TG_ERR_NOMEM. */
+ * bucket_bytes, a parameter too large for one MPI message, a mismatch
+ * across ranks), TG_ERR_DTYPE (a parameter not float), TG_ERR_STATE (a
+ * non-leaf parameter) or TG_ERR_NOMEM (out of memory, or MPI failed while
+ * setting up). When one rank's own checks fail, the others fail too, with
+ * TG_ERR_VALUE "tg_dist_new: rank 2 refused its parameters". */
 TG_API tg_dist *tg_dist_new(MPI_Comm comm, const tg_params *ps, const tg_dist_options *opts);
 /* This process's rank and the number of ranks (not collective); -1 for NULL. */
 TG_API int tg_dist_rank(const tg_dist *d);
@@ -131,14 +134,17 @@ TG_API void tg_dist_free(tg_dist *d);
  * exp_avg / exp_avg_sq for its slice only, updates that slice with the same
  * arithmetic as tg_adamw (so one rank is tg_adamw bit for bit), then the
  * parameters are all-gathered, so every replica holds the same bits.
- * Hyperparameters as tg_adamw_new's. Returns NULL with TG_ERR_NULL,
+ * Hyperparameters as tg_adamw_new's; d is borrowed and must outlive the
+ * optimizer. Not collective (no messages). Returns NULL with TG_ERR_NULL,
  * TG_ERR_STATE (d was made without zero1), TG_ERR_VALUE (a hyperparameter
  * out of range) or TG_ERR_NOMEM. */
 typedef struct tg_dist_adamw tg_dist_adamw;
 TG_API tg_dist_adamw *tg_dist_adamw_new(tg_dist *d, double lr, double beta1, double beta2,
                                         double eps, double weight_decay);
-/* One step from the gradients tg_dist_backward left (every parameter must
- * have a .grad: TG_ERR_STATE otherwise, nothing changed). 0, or -1. */
+/* One step from the gradients tg_dist_backward left, for every parameter
+ * (each must have a .grad of its dtype: TG_ERR_STATE otherwise). Collective:
+ * when the step fails on one rank no rank changes anything, and all return
+ * -1. 0, or -1. */
 TG_API int tg_dist_adamw_step(tg_dist_adamw *o);
 /* lr < 0 (or NaN) is TG_ERR_VALUE and keeps the old rate. Not collective. */
 TG_API void tg_dist_adamw_set_lr(tg_dist_adamw *o, double lr);
@@ -148,8 +154,10 @@ TG_API int64_t tg_dist_adamw_steps(const tg_dist_adamw *o);
  * under tg_optim_state's names ("step", "step.<name>", "exp_avg.<name>",
  * "exp_avg_sq.<name>"), so that a checkpoint written at any world size
  * loads into tg_adamw, or into a tg_dist_adamw of any world size, which
- * keeps its own slice. Load is all or nothing, with tg_optim_load_state's
- * errors; it is collective only in that every rank must call it. 0, or -1. */
+ * keeps its own slice. Load is all or nothing on every rank (when one rank
+ * cannot load, no rank changes anything), with tg_optim_load_state's
+ * errors (TG_ERR_VALUE for a missing name, TG_ERR_SHAPE, TG_ERR_DTYPE).
+ * Both are collective. 0, or -1. */
 TG_API int tg_dist_adamw_state(const tg_dist_adamw *o, tg_params *out);
 TG_API int tg_dist_adamw_load_state(tg_dist_adamw *o, const tg_params *state);
 /* Bytes of moment state this rank holds (2 x its slice x the dtype size):
