@@ -16,6 +16,7 @@
 
 #include "gpt_checkpoint.h"
 #include "gpt_data.h"
+#include "gpt_dist.h"
 #include "gpt_model.h"
 #include "gpt_plot.h"
 
@@ -25,7 +26,7 @@ static const char usage_text[] =
     "usage: gpt train [--arch gpt|llama] [--config task|tiny|small|medium]\n"
     "                 [--data FILE] [--steps N] [--batch N] [--lr X] [--seed N]\n"
     "                 [--eval-every N] [--out FILE] [--svg FILE] [--resume FILE]\n"
-    "                 [--stop-at STEP] [--save-every N] [--precision fp32|bf16]\n"
+    "                 [--stop-at STEP] [--save-every N] [--zero1] [--precision fp32|bf16]\n"
     "       gpt sample --ckpt FILE [--prompt TEXT] [--tokens N] [--temperature T]\n"
     "                  [--top-k K] [--top-p P] [--seed N] [--greedy]\n"
     "       gpt [train|sample] --help\n"
@@ -50,6 +51,11 @@ static const char usage_text[] =
     "or each other. sample keeps, after --temperature and --top-k, the fewest most\n"
     "likely characters whose probabilities sum to at least --top-p (0 or 1 keeps\n"
     "all), and slides its window past the model's context.\n"
+    "Under mpirun (with tensorgrad built with MPI), `mpirun -np N gpt train ...`\n"
+    "trains data-parallel: --batch is each rank's batch (the step sees N times\n"
+    "it), gradients are averaged over the ranks, rank 0 prints and saves. --zero1\n"
+    "shards AdamW's state over the ranks. A checkpoint resumes at any world size\n"
+    "(its batch is the combined one; each rank then takes its share).\n"
     "Exit codes: 0 done, 1 failed, 2 bad command line.\n";
 
 /* ---- the command line -------------------------------------------------------- */
@@ -58,7 +64,7 @@ typedef struct {
     const char *arch, *data, *config, *out, *svg, *resume, *ckpt, *prompt, *precision;
     int64_t steps, batch, seed, eval_every, stop_at, save_every, tokens, top_k;
     double lr, temperature, top_p;
-    bool greedy, set_steps, set_batch, set_lr;
+    bool greedy, zero1, set_steps, set_batch, set_lr;
 } options;
 
 /* Prints "gpt: <message>" and the usage; the exit code for a bad command line. */
@@ -125,7 +131,7 @@ static int parse_options(int argc, char **argv, bool train, options *o)
     static const char *const train_only[] = {"--arch", "--data", "--config", "--steps",
                                              "--batch", "--lr", "--eval-every", "--out", "--svg",
                                              "--resume", "--stop-at", "--save-every",
-                                             "--precision", NULL};
+                                             "--zero1", "--precision", NULL};
     static const char *const sample_only[] = {"--ckpt", "--prompt", "--tokens",
                                               "--temperature", "--top-k", "--top-p",
                                               "--greedy", NULL};
@@ -139,8 +145,9 @@ static int parse_options(int argc, char **argv, bool train, options *o)
         char e[96];
         if (!known)
             return usage_error("unknown option '%s' for %s", escaped(name, e, sizeof e), argv[1]);
-        if (!strcmp(name, "--greedy")) {
-            o->greedy = true;
+        if (!strcmp(name, "--greedy") || !strcmp(name, "--zero1")) { /* the flags */
+            o->greedy |= name[2] == 'g';
+            o->zero1 |= name[2] == 'z';
             continue;
         }
         if (i + 1 >= argc)
@@ -185,9 +192,10 @@ static int parse_options(int argc, char **argv, bool train, options *o)
 typedef struct {
     lm *model;
     tg_params params;
-    tg_optim *opt;
-    tg_rng *data_rng;
-    int64_t T, batch, steps, eval_every, step; /* step: steps done */
+    gpt_opt *opt;
+    tg_rng *data_rng;                          /* the same stream on every rank */
+    int64_t T, batch, steps, eval_every, step; /* batch: per rank; step: steps done */
+    int rank, world;                           /* this process's place in the job */
     double lr;
     bool bf16;                                 /* --precision bf16 */
     double *loss, *val;                        /* per step; val NAN when not measured */
@@ -213,27 +221,30 @@ static int64_t *token_buffer(trainer *tr, int64_t n)
 }
 
 /* One AdamW step on a fresh batch: warmup + cosine rate, gradients clipped
- * to norm 1. The loss, or NAN on error. */
+ * to norm 1. Every rank draws the whole combined batch of world x batch rows
+ * from the one data stream and keeps its own rows (rank r: the r-th block),
+ * so the step sees what one process with the combined batch would, at any
+ * world size. This rank's loss, or NAN on error. */
 static double train_step(trainer *tr, const dataset *d)
 {
     int64_t B = tr->batch, T = tr->T, warmup = tr->steps / 10 < 100 ? tr->steps / 10 : 100;
-    tg_optim_set_lr(tr->opt, tg_lr_warmup_cosine(tr->step, warmup, tr->steps, tr->lr, tr->lr / 10));
-    int64_t *x = token_buffer(tr, 2 * B * T), *y = x + B * T;
+    gpt_opt_set_lr(tr->opt, tg_lr_warmup_cosine(tr->step, warmup, tr->steps, tr->lr, tr->lr / 10));
+    int64_t *x = token_buffer(tr, 2 * (B + 1) * T), *y = x + B * T, *skip = y + B * T;
     if (!x)
         return NAN;
-    for (int64_t b = 0; b < B; b++) {
+    for (int64_t b = 0, mine = B * tr->rank; b < B * tr->world; b++) {
+        bool keep = b >= mine && b < mine + B;
+        int64_t *xr = keep ? x + (b - mine) * T : skip, *yr = keep ? y + (b - mine) * T : skip + T;
         if (d->task)
-            task_row(d, tr->data_rng, false, T, x + b * T, y + b * T);
+            task_row(d, tr->data_rng, false, T, xr, yr);
         else
-            text_row(d, tr->data_rng, T, x + b * T, y + b * T);
+            text_row(d, tr->data_rng, T, xr, yr);
     }
     tg_scope_begin();
     tg_tensor *loss = batch_loss(tr, x, y, B);
     double value = NAN;
-    if (loss && tg_backward(loss, NULL) == 0 && tg_clip_grad_norm(&tr->params, 1.0) >= 0 &&
-        tg_optim_step(tr->opt) == 0)
+    if (loss && gpt_opt_train(tr->opt, loss, 1.0) == 0)
         value = tg_item(loss);
-    tg_optim_zero_grad(tr->opt);
     tg_scope_end();
     free(x);
     return value;
@@ -271,8 +282,8 @@ static double validation_loss(trainer *tr, const dataset *d)
     int64_t saved_T = tr->T;
     tr->T = wT;
     double sum = 0;
-    int64_t chunk = 64;
-    for (int64_t r = 0; r < rows; r += chunk) {
+    int64_t chunk = 64; /* the ranks take turns with the chunks, and add up at the end */
+    for (int64_t r = chunk * tr->rank; r < rows; r += chunk * tr->world) {
         int64_t n = rows - r < chunk ? rows - r : chunk;
         tg_scope_begin();
         sum += tg_item(batch_loss(tr, x + r * wT, y + r * wT, n)) * (double)n;
@@ -282,34 +293,7 @@ static double validation_loss(trainer *tr, const dataset *d)
     tg_set_grad_enabled(was);
     tg_rng_free(rng);
     free(x);
-    return sum / (double)rows;
-}
-
-/* Exact-match accuracy on held-out problems drawn with another seed: the
- * model completes "ddd+ddd=" greedily and every character must be right. */
-static double task_accuracy(lm *model, const dataset *d, uint64_t seed, int n, bool show)
-{
-    tg_rng *rng = tg_rng_new(seed);
-    tg_sample_options greedy = {.temperature = 1, .greedy = true};
-    int right = 0;
-    for (int i = 0; i < n; i++) {
-        char p[PROBLEM_LEN + 1], got[PROBLEM_LEN + 1] = {0};
-        make_problem(rng, true, p);
-        int64_t prompt[PROMPT_LEN], out[PROBLEM_LEN];
-        for (int t = 0; t < PROMPT_LEN; t++)
-            prompt[t] = d->ids[(unsigned char)p[t]];
-        if (lm_generate_each(model, prompt, PROMPT_LEN, PROBLEM_LEN - PROMPT_LEN, &greedy, NULL,
-                             out, NULL, NULL) < 0)
-            break;
-        for (int t = 0; t < PROBLEM_LEN; t++)
-            got[t] = (char)d->vocab.chars[out[t]];
-        right += strcmp(got, p) == 0;
-        if (show && i < 5) /* the sum reads right to left */
-            printf("  %.7s = %c%c%c%c  (model wrote %.4s, lowest digit first)  %s\n", p, got[11],
-                   got[10], got[9], got[8], got + PROMPT_LEN, strcmp(got, p) ? "wrong" : "right");
-    }
-    tg_rng_free(rng);
-    return (double)right / n;
+    return gpt_par_sum(&sum, 1) == 0 ? sum / (double)rows : NAN;
 }
 
 /* ---- progress ------------------------------------------------------------------ */
@@ -337,7 +321,7 @@ static void progress(const trainer *tr, int64_t first, double started, bool tty)
     if (!tty && !measured && s != tr->steps)
         return;
     double elapsed = now() - started, per_step = elapsed / (double)(s - first);
-    double tokens = (double)(s - first) * (double)(tr->batch * tr->T);
+    double tokens = (double)(s - first) * (double)(tr->batch * tr->world * tr->T);
     char e[32], eta[32], val[32] = "";
     double last_val = NAN;
     for (int64_t i = s - 1; i >= 0 && isnan(last_val); i--)
@@ -355,15 +339,23 @@ static void progress(const trainer *tr, int64_t first, double started, bool tty)
 
 /* ---- checkpoints ------------------------------------------------------------------ */
 /* One safetensors file holds everything a resumed run needs to continue bit
- * for bit (gpt_checkpoint.c reads and writes it). */
+ * for bit (gpt_checkpoint.c reads and writes it). Every rank takes part (the
+ * sharded optimizer's state is gathered); rank 0 alone writes the file, with
+ * the combined batch, so that a run of any world size can take it up. */
 
 static int save_run(const char *path, const trainer *tr, const dataset *d)
 {
-    gpt_run run = {tr->model, &tr->params, tr->opt, tr->data_rng, &d->vocab,
-                   {tr->steps, tr->batch, tr->eval_every, tr->lr, d->task, tr->bf16}, tr->loss,
-                   tr->val,
-                   tr->step};
-    return gpt_checkpoint_save(path, &run);
+    tg_params state = {0};
+    int rc = gpt_opt_state(tr->opt, &state) ? 1 : 0;
+    if (rc)
+        fprintf(stderr, "gpt: cannot gather the optimizer state: %s\n", tg_error_message());
+    gpt_run run = {tr->model, &tr->params, &state, tr->data_rng, &d->vocab,
+                   {tr->steps, tr->batch * tr->world, tr->eval_every, tr->lr, d->task, tr->bf16},
+                   tr->loss, tr->val, tr->step};
+    if (!rc && tr->rank == 0)
+        rc = gpt_checkpoint_save(path, &run);
+    tg_params_clear(&state);
+    return rc;
 }
 
 /* Per-step loss arrays for a run of tr->steps, or 1 after saying why not. */
@@ -385,7 +377,7 @@ static int resume(const char *path, const tg_params *ck, trainer *tr, const opti
     if (gpt_checkpoint_load_settings(path, ck, &s))
         return 1;
     const char *what = "the optimizer state";
-    int rc = tg_optim_load_state(tr->opt, ck);
+    int rc = gpt_opt_load_state(tr->opt, ck);
     if (rc == 0 && (what = "train.rng_data",
                     tg_rng_set_state_tensor(tr->data_rng, tg_params_find(ck, what)) < 0))
         rc = -1;
@@ -395,12 +387,16 @@ static int resume(const char *path, const tg_params *ck, trainer *tr, const opti
     if (rc)
         return fprintf(stderr, "gpt: %s cannot be resumed: its %s is not usable: %s\n", path,
                        what, tg_error_code() ? tg_error_message() : "missing or malformed"), 1;
+    if (!o->set_batch && s.batch % tr->world)
+        return fprintf(stderr, "gpt: %s was trained with a combined batch of %lld, which %d ranks "
+                       "cannot share evenly; give --batch\n", path, (long long)s.batch,
+                       tr->world), 1;
     tr->steps = o->set_steps ? o->steps : s.steps;
-    tr->batch = o->set_batch ? o->batch : s.batch;
+    tr->batch = o->set_batch ? o->batch : s.batch / tr->world;
     tr->lr = o->set_lr ? o->lr : s.lr;
     tr->eval_every = o->eval_every ? o->eval_every : s.eval_every;
     tr->bf16 = o->precision ? !strcmp(o->precision, "bf16") : s.bf16;
-    tr->step = tg_optim_steps(tr->opt);
+    tr->step = gpt_opt_steps(tr->opt);
     if (tr->step >= tr->steps)
         return fprintf(stderr, "gpt: %s already ran %lld of %lld steps; give more --steps\n",
                        path, (long long)tr->step, (long long)tr->steps), 1;
@@ -434,6 +430,7 @@ static int check_outputs(const options *o)
 /* ---- gpt train ---------------------------------------------------------------------- */
 
 static volatile sig_atomic_t interrupted; /* the signal that asked to stop, or 0 */
+static int stop_signal;                   /* interrupted, as every rank agreed after a step */
 
 /* Asks the loop to stop after this step; a second signal acts as if unhandled. */
 static void on_signal(int sig)
@@ -499,38 +496,75 @@ static int setup(const options *o, dataset *d, trainer *tr, tg_params *ck)
     return 0;
 }
 
+/* The run, ready on every rank or on none: after each step that can fail
+ * on one rank alone (its data file, its copy of the checkpoint) the ranks
+ * agree before going on, so that a failure ends the job, not hangs it. */
 static int prepare(const options *o, dataset *d, trainer *tr, tg_params *ck)
 {
     int rc = setup(o, d, tr, ck);
-    if (rc)
-        return rc;
+    if (!gpt_par_all_ok(rc == 0))
+        return rc ? rc : 1;
     tr->data_rng = tg_rng_new((uint64_t)o->seed + 1);
-    if (!tr->data_rng || lm_params(tr->model, &tr->params) < 0 ||
-        !(tr->opt = tg_adamw_new(&tr->params, o->lr, 0.9, 0.99, 1e-8, 0.1)))
-        return fprintf(stderr, "gpt: %s\n", tg_error_message()), 1;
-    if (o->resume)
-        return resume(o->resume, ck, tr, o);
-    tr->steps = o->steps;
-    tr->batch = o->batch;
-    tr->lr = o->lr;
-    tr->bf16 = o->precision && !strcmp(o->precision, "bf16");
-    tr->eval_every = o->eval_every ? o->eval_every : tr->steps / 20 > 100 ? 100
-                                                     : tr->steps / 20 < 1 ? 1 : tr->steps / 20;
-    return alloc_history(tr);
+    bool ok = tr->data_rng && lm_params(tr->model, &tr->params) == 0;
+    if (!ok)
+        fprintf(stderr, "gpt: %s\n", tg_error_message());
+    if (!gpt_par_all_ok(ok) || !(tr->opt = gpt_opt_new(&tr->params, o->zero1, o->lr, 0.1)))
+        return 1;
+    if (o->resume) {
+        rc = resume(o->resume, ck, tr, o);
+    } else {
+        tr->steps = o->steps;
+        tr->batch = o->batch;
+        tr->lr = o->lr;
+        tr->bf16 = o->precision && !strcmp(o->precision, "bf16");
+        tr->eval_every = o->eval_every ? o->eval_every : tr->steps / 20 > 100 ? 100
+                         : tr->steps / 20 < 1 ? 1 : tr->steps / 20;
+        rc = alloc_history(tr);
+    }
+    if (!rc && !gpt_in_range(&gpt_batch_range, (double)(tr->batch * tr->world)))
+        rc = (fprintf(stderr, "gpt: --batch %lld on %d ranks is a combined batch of %lld, more "
+                      "than %.0f\n", (long long)tr->batch, tr->world,
+                      (long long)(tr->batch * tr->world), gpt_batch_range.hi), 1);
+    return gpt_par_all_ok(rc == 0) ? rc : rc ? rc : 1;
 }
 
 /* Training on far less text than it reads (or on barely one context of it)
  * learns the file by heart, slowly: say so before spending the time. */
 static void warn_if_data_is_small(const trainer *tr, const dataset *d)
 {
-    double reads = (double)(tr->steps - tr->step) * (double)tr->batch * (double)tr->T;
-    if (d->task || (reads <= 100 * (double)d->n_train && d->n_train >= 2 * (tr->T + 1)))
+    double reads = (double)(tr->steps - tr->step) * (double)(tr->batch * tr->world) * (double)tr->T;
+    if (tr->rank != 0 || d->task || (reads <= 100 * (double)d->n_train && d->n_train >= 2 * (tr->T + 1)))
         return;
     fprintf(stderr, "gpt: warning: the run reads %.0f characters, %.0f times the %lld of the "
             "training split (%lld windows of context + 1); the model will learn this text by "
             "heart. A larger --data file, or fewer --steps, is a better use of the time.\n",
             reads, reads / (double)d->n_train, (long long)d->n_train,
             (long long)(d->n_train - tr->T));
+}
+
+/* Collective: the signal that reached any rank (SIGTERM before SIGINT), or 0.
+ * mpirun passes a signal on to every rank, but not at the same instant. */
+static int stop_requested(const trainer *tr)
+{
+    double v[2] = {interrupted == SIGINT, interrupted == SIGTERM};
+    if (tr->world > 1 && gpt_par_sum(v, 2))
+        v[1] = 1; /* the ranks cannot talk: stop as if terminated */
+    return v[1] ? SIGTERM : v[0] ? SIGINT : 0;
+}
+
+/* Rank 0's step time, throughput and communication since the loop began. */
+static void report_speed(const trainer *tr, int64_t steps, double secs)
+{
+    printf("trained %lld steps in %.1f s (%.2f steps/s, %.0f tok/s over %d rank%s)\n",
+           (long long)steps, secs, (double)steps / secs,
+           (double)(steps * tr->batch * tr->world * tr->T) / secs, tr->world,
+           tr->world > 1 ? "s" : "");
+    gpt_comm c = gpt_opt_comm(tr->opt);
+    if (tr->world > 1 && c.steps > 0)
+        printf("communication per step: %.2f ms in reduce calls, %.2f ms of it exposed after "
+               "backward (%d buckets, %.2f MB of gradients); step %.2f ms\n",
+               1e3 * c.comm_seconds / (double)c.steps, 1e3 * c.exposed_seconds / (double)c.steps,
+               c.buckets, (double)c.bytes_per_step / 1e6, 1e3 * secs / (double)steps);
 }
 
 /* The loop: one step, a validation loss every eval_every steps, progress, a
@@ -543,9 +577,12 @@ static int train_loop(trainer *tr, const dataset *d, const options *o)
     bool tty = isatty(STDOUT_FILENO);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    while (tr->step < tr->steps && !(o->stop_at && tr->step >= o->stop_at) && !interrupted) {
+    while (tr->step < tr->steps && !(o->stop_at && tr->step >= o->stop_at) && !stop_signal) {
         int64_t s = tr->step + 1;
         double loss = train_step(tr, d), val = NAN;
+        if (gpt_par_sum(&loss, 1)) /* the combined batch's loss: the ranks' mean */
+            loss = NAN;
+        loss /= (double)tr->world;
         bool measure = s % tr->eval_every == 0 || s == tr->steps;
         if (!isnan(loss) && measure)
             val = validation_loss(tr, d);
@@ -557,17 +594,18 @@ static int train_loop(trainer *tr, const dataset *d, const options *o)
         tr->val[tr->step] = val;
         tr->step = s;
         progress(tr, first, started, tty);
+        stop_signal = stop_requested(tr);
         if (o->save_every && tr->step % o->save_every == 0 && tr->step < tr->steps &&
-            tr->step != o->stop_at && !interrupted && save_run(o->out, tr, d) == 0) {
+            tr->step != o->stop_at && !stop_signal && save_run(o->out, tr, d) == 0 &&
+            tr->rank == 0) {
             printf("%ssaved %s at step %lld\n", tty ? "\r\033[K" : "", o->out,
                    (long long)tr->step);
             fflush(stdout);
         }
     }
-    double secs = now() - started;
-    printf("%strained %lld steps in %.1f s (%.2f steps/s)\n",
-           tty && tr->step < tr->steps ? "\n" : "", (long long)(tr->step - first), secs,
-           (double)(tr->step - first) / secs);
+    if (tty && tr->step < tr->steps)
+        printf("\n");
+    report_speed(tr, tr->step - first, now() - started);
     return 0;
 }
 
@@ -580,10 +618,13 @@ static void describe(const trainer *tr, const dataset *d, const options *o)
            lm_config_of(tr->model)->arch == LM_LLAMA ? "a Llama " : "",
            d->task ? "3-digit addition (built-in task)" : o->data, shape,
            (long long)tg_params_numel(&tr->params));
-    printf("AdamW lr %g (warmup + cosine), batch %lld, steps %lld, precision %s%s\n", tr->lr,
-           (long long)tr->batch, (long long)tr->steps,
-           tr->bf16 ? "bf16 (bfloat16 products, float32 sums)" : "fp32",
+    printf("%sAdamW lr %g (warmup + cosine), batch %lld, steps %lld, precision %s%s\n",
+           o->zero1 && tr->world > 1 ? "sharded " : "", tr->lr, (long long)tr->batch,
+           (long long)tr->steps, tr->bf16 ? "bf16 (bfloat16 products, float32 sums)" : "fp32",
            o->resume ? ", resumed" : "");
+    if (tr->world > 1)
+        printf("data-parallel over %d ranks: batch %lld per rank, %lld combined\n", tr->world,
+               (long long)tr->batch, (long long)(tr->batch * tr->world));
     if (!d->task)
         printf("text: %lld characters for training, %lld for validation\n",
                (long long)d->n_train, (long long)d->n_val);
@@ -598,16 +639,19 @@ static int finish(trainer *tr, const dataset *d, const options *o)
     double val = tr->val[tr->step - 1];
     printf("final: step %lld loss %.6f val %.6f\n", (long long)tr->step, tr->loss[tr->step - 1],
            isnan(val) ? validation_loss(tr, d) : val);
-    if (save_run(o->out, tr, d) || gpt_write_loss_svg(o->svg, tr->loss, tr->val, tr->step))
+    int rc = save_run(o->out, tr, d);
+    if (!rc && tr->rank == 0)
+        rc = gpt_write_loss_svg(o->svg, tr->loss, tr->val, tr->step);
+    if (!gpt_par_all_ok(rc == 0))
         return 1;
     printf("saved %s and %s\n", o->out, o->svg);
     if (tr->step < tr->steps)
         printf("stopped at step %lld of %lld%s; continue with --resume %s\n", (long long)tr->step,
-               (long long)tr->steps, interrupted == SIGTERM ? " by SIGTERM"
-               : interrupted ? " by SIGINT" : "", o->out);
-    if (interrupted)
-        return 128 + interrupted;
-    if (d->task && tr->step == tr->steps) {
+               (long long)tr->steps, stop_signal == SIGTERM ? " by SIGTERM"
+               : stop_signal ? " by SIGINT" : "", o->out);
+    if (stop_signal)
+        return 128 + stop_signal;
+    if (d->task && tr->step == tr->steps && tr->rank == 0) {
         printf("held-out problems (never trained on; greedy generation):\n");
         double acc = task_accuracy(tr->model, d, (uint64_t)o->seed + 2, 500, true);
         printf("exact-match accuracy: %.1f%% of 500\n", 100 * acc);
@@ -630,12 +674,14 @@ static int cmd_train(int argc, char **argv)
         o.steps = 2000;
     if ((rc = check_outputs(&o)))
         return rc;
-    if (tg_safetensors_check_writable(o.out) < 0)
-        return fprintf(stderr, "gpt: cannot write --out %s: %s\n", o.out, tg_error_message()), 1;
-    if ((rc = gpt_probe_writable("--svg", o.svg)))
-        return rc;
+    if (gpt_par_rank() == 0 && tg_safetensors_check_writable(o.out) < 0)
+        rc = (fprintf(stderr, "gpt: cannot write --out %s: %s\n", o.out, tg_error_message()), 1);
+    if (!rc && gpt_par_rank() == 0)
+        rc = gpt_probe_writable("--svg", o.svg);
+    if (!gpt_par_all_ok(rc == 0)) /* only rank 0 writes them */
+        return rc ? rc : 1;
     dataset d = {0};
-    trainer tr = {0};
+    trainer tr = {.rank = gpt_par_rank(), .world = gpt_par_size()};
     tg_params ck = {0};
     rc = prepare(&o, &d, &tr, &ck);
     tg_params_clear(&ck);
@@ -647,7 +693,7 @@ static int cmd_train(int argc, char **argv)
     }
     if (!rc && tr.step > 0)
         rc = finish(&tr, &d, &o);
-    tg_optim_free(tr.opt);
+    gpt_opt_free(tr.opt);
     tg_params_clear(&tr.params);
     lm_free(tr.model);
     tg_rng_free(tr.data_rng);
@@ -728,8 +774,14 @@ static int cmd_sample(int argc, char **argv)
 int main(int argc, char **argv)
 {
     int rc;
-    if (argc >= 2 && !strcmp(argv[1], "train"))
+    if (argc >= 2 && !strcmp(argv[1], "train")) {
+        if (gpt_par_init(&argc, &argv))
+            return 1;
+        if (gpt_par_rank() != 0) /* rank 0 reports; every rank's errors go to stderr */
+            (void)!freopen("/dev/null", "w", stdout);
         rc = cmd_train(argc, argv);
+        gpt_par_finish();
+    }
     else if (argc >= 2 && !strcmp(argv[1], "sample"))
         rc = cmd_sample(argc, argv);
     else if (argc >= 2 && (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||

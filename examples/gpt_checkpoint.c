@@ -391,7 +391,8 @@ int gpt_checkpoint_save(const char *path, const gpt_run *run)
     int rc = 0;
     for (int i = 0; i < run->params->count; i++)
         rc |= tg_params_add(&ps, NULL, run->params->names[i], run->params->tensors[i]);
-    rc |= tg_optim_state(run->opt, &ps);
+    for (int i = 0; i < run->opt_state->count; i++)
+        rc |= tg_params_add(&ps, NULL, run->opt_state->names[i], run->opt_state->tensors[i]);
     rc |= add_config(&ps, c);
     rc |= add_owned(&ps, "gpt.vocab",
                     tg_from_data(TG_INT64, 1, (int64_t[]){run->vocab->size}, vocab));

@@ -43,7 +43,7 @@ typedef struct {
 typedef struct {
     const lm *model;
     const tg_params *params;
-    const tg_optim *opt;
+    const tg_params *opt_state; /* tg_optim_state's names and tensors */
     const tg_rng *data_rng;
     const gpt_vocab *vocab;
     gpt_settings settings;

@@ -35,6 +35,11 @@ void task_row(const dataset *d, tg_rng *rng, bool test, int64_t T, int64_t *x, i
 /* A random window of T + 1 characters of the train split. */
 void text_row(const dataset *d, tg_rng *rng, int64_t T, int64_t *x, int64_t *y);
 
+/* Exact-match accuracy on n held-out problems drawn from seed: the model
+ * completes "ddd+ddd=" greedily and every character must be right; show
+ * prints the first five. */
+double task_accuracy(lm *model, const dataset *d, uint64_t seed, int n, bool show);
+
 /* Loads a --data file: vocabulary = its distinct bytes, 90% train, 10%
  * validation (d->text, freed by the caller). min_train is context + 1. 0, or
  * 1 after printing why not (unreadable, empty, too short, NUL bytes, larger

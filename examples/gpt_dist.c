@@ -1,0 +1,228 @@
+/* gpt's data parallelism (gpt_dist.h): the job's ranks, their agreement on
+ * errors, and the optimizer step with gradients averaged over the ranks.
+ * Built without GPT_WITH_MPI (the library has no MPI) the world is one rank. */
+#include "gpt_dist.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#if GPT_WITH_MPI
+#include <mpi.h>
+#include <tensorgrad/dist.h>
+#endif
+
+struct gpt_opt {
+    tg_params *ps;
+    tg_optim *adamw; /* every rank's whole AdamW, or NULL with zero1 */
+#if GPT_WITH_MPI
+    tg_dist_adamw *shard; /* zero1: this rank's slice */
+#endif
+    gpt_comm comm;
+};
+
+#if GPT_WITH_MPI
+static bool joined;  /* gpt_par_init called MPI_Init */
+static tg_dist *job; /* over the model's parameters, once gpt_opt_new made it */
+
+/* mpirun, mpiexec and srun set one of these in every process they start. */
+static bool launched_by_mpi(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", NULL};
+    for (const char *const *v = vars; *v; v++)
+        if (getenv(*v))
+            return true;
+    return false;
+}
+
+int gpt_par_init(int *argc, char ***argv)
+{
+    if (!launched_by_mpi())
+        return 0;
+    if (MPI_Init(argc, argv) != MPI_SUCCESS)
+        return fprintf(stderr, "gpt: cannot join the MPI job\n"), 1;
+    joined = true;
+    return 0;
+}
+
+void gpt_par_finish(void)
+{
+    if (joined)
+        MPI_Finalize();
+}
+
+int gpt_par_rank(void)
+{
+    int r = 0;
+    if (joined)
+        MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+int gpt_par_size(void)
+{
+    int n = 1;
+    if (joined)
+        MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+
+bool gpt_par_all_ok(bool ok)
+{
+    if (!joined)
+        return ok;
+    int mine = ok ? INT_MAX : gpt_par_rank(), first = INT_MAX;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (ok && first != INT_MAX)
+        fprintf(stderr, "gpt: rank %d stops: rank %d failed (its message above says why)\n",
+                gpt_par_rank(), first);
+    return first == INT_MAX;
+}
+
+int gpt_par_sum(double *values, int n)
+{
+    if (job)
+        return tg_dist_allreduce_sum(job, values, n);
+    if (joined)
+        return MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) ==
+               MPI_SUCCESS ? 0 : -1;
+    return 0;
+}
+
+/* The job's tg_dist over ps with rank 0's parameters on every rank, and
+ * with zero1 the sharded AdamW; collective. 0, or 1 after printing why. */
+static int join_job(gpt_opt *o, bool zero1, double lr, double weight_decay)
+{
+    tg_dist_options opts = {.zero1 = zero1};
+    job = tg_dist_new(MPI_COMM_WORLD, o->ps, &opts);
+    bool ok = job && tg_dist_broadcast_params(job, 0) == 0;
+    if (ok && zero1)
+        ok = (o->shard = tg_dist_adamw_new(job, lr, 0.9, 0.99, 1e-8, weight_decay)) != NULL;
+    if (!ok)
+        fprintf(stderr, "gpt: cannot train data-parallel: %s\n", tg_error_message());
+    return gpt_par_all_ok(ok) ? 0 : 1;
+}
+#else
+int gpt_par_init(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    return 0;
+}
+void gpt_par_finish(void) {}
+int gpt_par_rank(void) { return 0; }
+int gpt_par_size(void) { return 1; }
+bool gpt_par_all_ok(bool ok) { return ok; }
+int gpt_par_sum(double *values, int n)
+{
+    (void)values, (void)n;
+    return 0;
+}
+#endif
+
+gpt_opt *gpt_opt_new(tg_params *ps, bool zero1, double lr, double weight_decay)
+{
+    gpt_opt *o = calloc(1, sizeof *o);
+    if (!o)
+        return fprintf(stderr, "gpt: out of memory for the optimizer\n"), NULL;
+    o->ps = ps;
+#if GPT_WITH_MPI
+    if (joined && join_job(o, zero1, lr, weight_decay))
+        return gpt_opt_free(o), NULL;
+    if (o->shard)
+        return o;
+#else
+    (void)zero1; /* one process: the sharded AdamW is AdamW, bit for bit */
+#endif
+    bool ok = (o->adamw = tg_adamw_new(ps, lr, 0.9, 0.99, 1e-8, weight_decay)) != NULL;
+    if (!ok)
+        fprintf(stderr, "gpt: %s\n", tg_error_message());
+    if (!gpt_par_all_ok(ok))
+        return gpt_opt_free(o), NULL;
+    return o;
+}
+
+void gpt_opt_free(gpt_opt *o)
+{
+    if (!o)
+        return;
+    tg_optim_free(o->adamw);
+#if GPT_WITH_MPI
+    tg_dist_adamw_free(o->shard);
+    tg_dist_free(job);
+    job = NULL;
+#endif
+    free(o);
+}
+
+void gpt_opt_set_lr(gpt_opt *o, double lr)
+{
+#if GPT_WITH_MPI
+    if (o->shard)
+        return tg_dist_adamw_set_lr(o->shard, lr);
+#endif
+    tg_optim_set_lr(o->adamw, lr);
+}
+
+int64_t gpt_opt_steps(const gpt_opt *o)
+{
+#if GPT_WITH_MPI
+    if (o->shard)
+        return tg_dist_adamw_steps(o->shard);
+#endif
+    return tg_optim_steps(o->adamw);
+}
+
+static void zero_grads(const tg_params *ps)
+{
+    for (int i = 0; i < ps->count; i++)
+        tg_zero_grad(ps->tensors[i]);
+}
+
+int gpt_opt_train(gpt_opt *o, tg_tensor *loss, double max_norm)
+{
+    int rc = -1;
+#if GPT_WITH_MPI
+    if (job) {
+        if (tg_dist_backward(job, loss) == 0 && tg_dist_clip_grad_norm(job, max_norm) >= 0)
+            rc = o->shard ? tg_dist_adamw_step(o->shard) : tg_optim_step(o->adamw);
+        tg_dist_stats s = tg_dist_last_stats(job);
+        o->comm.comm_seconds += s.comm_seconds;
+        o->comm.exposed_seconds += s.exposed_seconds;
+        o->comm.bytes_per_step = s.bytes;
+        o->comm.buckets = s.buckets;
+        o->comm.steps++;
+        zero_grads(o->ps);
+        return rc;
+    }
+#endif
+    if (tg_backward(loss, NULL) == 0 && tg_clip_grad_norm(o->ps, max_norm) >= 0)
+        rc = tg_optim_step(o->adamw);
+    zero_grads(o->ps);
+    return rc;
+}
+
+int gpt_opt_state(const gpt_opt *o, tg_params *out)
+{
+#if GPT_WITH_MPI
+    if (o->shard)
+        return tg_dist_adamw_state(o->shard, out);
+#endif
+    return tg_optim_state(o->adamw, out);
+}
+
+int gpt_opt_load_state(gpt_opt *o, const tg_params *state)
+{
+#if GPT_WITH_MPI
+    if (o->shard)
+        return tg_dist_adamw_load_state(o->shard, state);
+#endif
+    return tg_optim_load_state(o->adamw, state);
+}
+
+gpt_comm gpt_opt_comm(gpt_opt *o)
+{
+    gpt_comm c = o->comm;
+    o->comm.comm_seconds = o->comm.exposed_seconds = 0;
+    o->comm.steps = 0;
+    return c;
+}
