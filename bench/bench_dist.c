@@ -153,10 +153,11 @@ static int bench(const config *cfg, int steps, int64_t bucket_bytes)
     if (rc == 0 && r.rank == 0)
         printf("{\"config\": \"%s\", \"ranks\": %d, \"batch_per_rank\": %lld, "
                "\"step_ms\": %.2f, \"tokens_per_s\": %.0f, \"comm_ms\": %.3f, "
-               "\"exposed_ms\": %.3f, \"buckets\": %d, \"grad_mb\": %.2f}\n",
+               "\"exposed_ms\": %.3f, \"buckets\": %d, \"grad_mb\": %.2f, "
+               "\"precision\": \"%s\"}\n",
                cfg->name, r.world, (long long)r.B, 1e3 * dt,
                (double)(r.B * r.world * r.T) / dt, 1e3 * comm / steps, 1e3 * exposed / steps,
-               s.buckets, (double)s.bytes / 1e6);
+               s.buckets, (double)s.bytes / 1e6, tg_precision_name(tg_matmul_precision()));
     if (rc)
         fprintf(stderr, "bench_dist: %s\n", tg_error_message());
     teardown(&r);
@@ -170,14 +171,18 @@ int main(int argc, char **argv)
     int rc = 2;
     if (argc == 3 && !strcmp(argv[1], "grads"))
         rc = grads(argv[2]);
-    else if (argc >= 4 && !strcmp(argv[1], "bench")) {
+    else if (argc >= 4 && argc <= 6 && !strcmp(argv[1], "bench")) {
+        /* a last argument "bf16" runs the products in bfloat16 */
+        bool bf16 = !strcmp(argv[argc - 1], "bf16");
+        if (bf16)
+            tg_set_matmul_precision(TG_PRECISION_BF16), argc--;
         for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++)
             if (!strcmp(argv[2], configs[i].name))
                 rc = bench(&configs[i], atoi(argv[3]) > 0 ? atoi(argv[3]) : 10,
                            argc > 4 ? 1024 * atoll(argv[4]) : 0);
     }
     if (rc == 2)
-        fprintf(stderr, "usage: mpirun -np N bench_dist bench gpt-small|gpt-medium STEPS [BUCKET_KIB]\n"
+        fprintf(stderr, "usage: mpirun -np N bench_dist bench gpt-small|gpt-medium STEPS [BUCKET_KIB] [bf16]\n"
                         "       mpirun -np 2 bench_dist grads FILE.safetensors\n");
     MPI_Finalize();
     return rc;

@@ -9,10 +9,11 @@ of ../shared/BENCHMARKS.md: vocab 65, ctx 64, 4 layers, 4 heads, d 128).
                             DDP's averaged gradients against tensorgrad's (float32
                             tolerance). Exit 0 when they agree, 1 when not.
   torch_ddp.py grads FILE MPIEXEC BENCH_DIST   runs that mpiexec first (as meson's test does)
-  torch_ddp.py bench [STEPS]  times DDP's 2-process step (forward, cross-entropy,
+  torch_ddp.py bench [STEPS] [--bf16]  times DDP's 2-process step (forward, cross-entropy,
                             backward with the all-reduce, AdamW lr 1e-3 wd 0.1), batch 32
                             per process, and prints one JSON line, as
-                            `mpiexec -np 2 build/bench/bench_dist bench gpt-small STEPS` does.
+                            `mpiexec -np 2 build/bench/bench_dist bench gpt-small STEPS` does;
+                            --bf16 runs forward and loss under bfloat16 autocast.
 Run with Debian's PyTorch: /usr/bin/python3 bench/torch_ddp.py ...
 """
 import json
@@ -73,7 +74,7 @@ def grads_worker(rank, port, path, result):
     dist.destroy_process_group()
 
 
-def bench_worker(rank, port, steps, result):
+def bench_worker(rank, port, steps, bf16, result):
     join(rank, port)
     torch.manual_seed(0)
     V, T, B = CONFIG["vocab_size"], CONFIG["block_size"], 32
@@ -85,7 +86,8 @@ def bench_worker(rank, port, steps, result):
         x, y = torch.randint(0, V, (B, T), generator=g), torch.randint(0, V, (B, T), generator=g)
         dist.barrier()
         t0 = time.perf_counter()
-        _, loss = ddp(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            _, loss = ddp(x, y)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(ddp.parameters(), 1.0)
@@ -97,7 +99,8 @@ def bench_worker(rank, port, steps, result):
         dt = sum(times) / len(times)
         print(json.dumps({"config": "gpt-small", "framework": "torch-ddp-gloo", "ranks": WORLD,
                           "batch_per_rank": B, "step_ms": round(1e3 * dt, 2),
-                          "tokens_per_s": round(WORLD * B * T / dt)}))
+                          "tokens_per_s": round(WORLD * B * T / dt),
+                          "precision": "bf16" if bf16 else "fp32"}))
         result.value = 0
     dist.destroy_process_group()
 
@@ -114,8 +117,10 @@ def main():
         args = (free_port(), sys.argv[2], result)
         mp.spawn(grads_worker, args=args, nprocs=WORLD)
     else:
-        steps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
-        mp.spawn(bench_worker, args=(free_port(), steps, result), nprocs=WORLD)
+        bf16 = "--bf16" in sys.argv[2:]
+        rest = [a for a in sys.argv[2:] if a != "--bf16"]
+        steps = int(rest[0]) if rest else 10
+        mp.spawn(bench_worker, args=(free_port(), steps, bf16, result), nprocs=WORLD)
     return result.value
 
 
