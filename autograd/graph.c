@@ -1,7 +1,6 @@
 /* The dynamic graph: ops attach a node to their output as they run, and
  * tg_backward walks the nodes in reverse topological order, accumulating
  * gradients into leaves and freeing the graph behind it. */
-#include "bf16.h"
 #include "graph.h"
 
 #include <stdio.h>
