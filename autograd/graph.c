@@ -1,7 +1,6 @@
 /* The dynamic graph: ops attach a node to their output as they run, and
  * tg_backward walks the nodes in reverse topological order, accumulating
  * gradients into leaves and freeing the graph behind it. */
-#include "bf16.h"
 #include "graph.h"
 
 #include <stdio.h>
@@ -409,103 +408,6 @@ tg_tensor *tg__sum_to(const tg_tensor *grad, int ndim, const int64_t *shape)
         view = tg__ret(tg__view(sum, ndim, shape, stride, sum->offset));
     }
     return tg_scope_end_keep(view);
-}
-
-/* grad += g, in place: grad is the leaf's own contiguous tensor. */
-/* t seen as rows of its last dim, each contiguous, a constant stride *rs
- * apart (the leading dims collapse into one): true, with *rows and *cols;
- * false when t is not laid out so. */
-static bool as_rows(const tg_tensor *t, int64_t *rows, int64_t *cols, int64_t *rs)
-{
-    int n = t->ndim;
-    if (n == 0 || (t->shape[n - 1] > 1 && t->stride[n - 1] != 1))
-        return false;
-    *cols = t->shape[n - 1];
-    *rows = 1;
-    *rs = *cols;
-    int64_t expect = -1; /* the stride the next dim out must have */
-    for (int d = n - 2; d >= 0; d--) {
-        if (t->shape[d] == 1)
-            continue;
-        if (expect < 0)
-            *rs = t->stride[d];
-        else if (t->stride[d] != expect)
-            return false;
-        expect = t->stride[d] * t->shape[d];
-        *rows *= t->shape[d];
-    }
-    return true;
-}
-
-#define ADD_ROWS(T)                                                           \
-    do {                                                                      \
-        T *d = tg__ptr(grad);                                                 \
-        const T *s = tg__ptr(g);                                              \
-        TG_FOR_ROWS(rows, cols, r0, r1, {                                     \
-            for (int64_t r = r0; r < r1; r++)                                 \
-                for (int64_t j = 0; j < cols; j++)                            \
-                    d[r * drs + j] += s[r * srs + j];                         \
-        });                                                                   \
-    } while (0)
-
-/* A bfloat16 tensor's gradient (the output of tg_to_dtype read by two
- * conversions back): summed in float32, rounded once per add. */
-static void add_into_bf16(tg_tensor *grad, const tg_tensor *g)
-{
-    int64_t strides[2][TG_MAX_DIMS];
-    memcpy(strides[0], grad->stride, sizeof strides[0]);
-    memcpy(strides[1], g->stride, sizeof strides[1]);
-    tg__iter it;
-    tg__iter_init(&it, g->ndim, g->shape, 2, (const int64_t(*)[TG_MAX_DIMS])strides);
-    if (!it.len)
-        return;
-    do {
-        uint16_t *d = (uint16_t *)tg__ptr(grad) + it.off[0];
-        const uint16_t *s = (const uint16_t *)tg__ptr(g) + it.off[1];
-        for (int64_t j = 0; j < it.len; j++) {
-            float v = tg__f32_from_bf16(d[j * it.inner[0]]) + tg__f32_from_bf16(s[j * it.inner[1]]);
-            d[j * it.inner[0]] = tg__bf16_from_f32(v);
-        }
-    } while (tg__iter_next(&it));
-}
-
-void tg__add_into(tg_tensor *grad, const tg_tensor *g)
-{
-    int64_t n = tg__numel(g->ndim, g->shape), rows, cols, drs, srs, rows2, cols2;
-    if (grad->dtype == TG_BFLOAT16) {
-        add_into_bf16(grad, g);
-        return;
-    }
-    /* laid out in rows (a weight's gradient, a slice of q/k/v): by rows,
-     * one block of them per thread when there are enough */
-    if (n > 0 && as_rows(grad, &rows, &cols, &drs) &&
-        as_rows(g, &rows2, &cols2, &srs) && rows2 == rows && cols2 == cols) {
-        if (grad->dtype == TG_FLOAT32)
-            ADD_ROWS(float);
-        else
-            ADD_ROWS(double);
-        return;
-    }
-    int64_t strides[2][TG_MAX_DIMS];
-    memcpy(strides[0], grad->stride, sizeof strides[0]);
-    memcpy(strides[1], g->stride, sizeof strides[1]);
-    tg__iter it;
-    tg__iter_init(&it, g->ndim, g->shape, 2, (const int64_t(*)[TG_MAX_DIMS])strides);
-    if (!it.len)
-        return;
-    do {
-        if (grad->dtype == TG_FLOAT32) {
-            float *d = (float *)tg__ptr(grad) + it.off[0];
-            const float *s = (const float *)tg__ptr(g) + it.off[1];
-            for (int64_t j = 0; j < it.len; j++)
-                d[j * it.inner[0]] += s[j * it.inner[1]];
-        } else {
-            double *d = (double *)tg__ptr(grad) + it.off[0];
-            const double *s = (const double *)tg__ptr(g) + it.off[1];
-            for (int64_t j = 0; j < it.len; j++)
-                d[j * it.inner[0]] += s[j * it.inner[1]];
-        }
-    } while (tg__iter_next(&it));
 }
 
 /* A pending gradient that only the engine holds (no other reference to it

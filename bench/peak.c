@@ -27,6 +27,8 @@ static double now_s(void)
 }
 
 #if PEAK_X86
+/* tensor/gemm_x86.c times a zmm loop like this one, but internally and on one thread; bench
+ * links the public library alone and also times ymm, AMX and every thread at once. */
 /* Eight independent instructions on zmm/ymm 0-7 (or tiles), and more. */
 #define OPS8(op, r, a, b)                                                                     \
     op " %%" a ", %%" b ", %%" r "0\n\t" op " %%" a ", %%" b ", %%" r "1\n\t"                   \

@@ -8,6 +8,8 @@
 #include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
+#include "layer_parts.h"
+
 struct tg_decoder_cache {
     const tg_decoder *model;
     int64_t batch, max_len, len;
@@ -148,18 +150,6 @@ static tg_tensor *merge_out(const tg_mha *m, tg_tensor *o)
     return tg_linear_forward(m->out_proj, o);
 }
 
-/* Bool [T, pos0 + T], true where key j comes after query i (j > pos0 + i). */
-static tg_tensor *offset_causal_mask(int64_t T, int64_t pos0)
-{
-    int64_t S = pos0 + T;
-    tg_tensor *mask = tg_zeros(TG_BOOL, 2, (int64_t[]){T, S});
-    bool *p = mask ? tg_data(mask) : NULL;
-    for (int64_t i = 0; p && i < T; i++)
-        for (int64_t j = pos0 + i + 1; j < S; j++)
-            p[i * S + j] = true;
-    return mask;
-}
-
 /* Copies src [B, H, T, hd] (any layout) into dst [B, H, max_len, hd] at
  * positions pos0..pos0+T-1. */
 static int write_positions(tg_tensor *dst, const tg_tensor *src, int64_t pos0)
@@ -281,7 +271,7 @@ static tg_tensor *self_block(tg_decoder_cache *c, int l, const tg_tensor *h)
     k = tg_narrow(c->self_k[l], 2, 0, pos0 + T); /* [B, H, pos0 + T, hd] */
     v = tg_narrow(c->self_v[l], 2, 0, pos0 + T);
     tg_tensor *mask = NULL;
-    if (pos0 > 0 && T > 1 && !(mask = offset_causal_mask(T, pos0)))
+    if (pos0 > 0 && T > 1 && !(mask = tg__offset_causal_mask(T, pos0)))
         return NULL;
     return merge_out(a, tg_attention(q, k, v, mask, pos0 == 0 && T > 1, 0, 0, NULL));
 }

@@ -335,6 +335,17 @@ static void scatter_done(tg_dist *d, dist_bucket *b)
                         tg__mpi_type(b->dtype), d->gather, &b->gather);
 }
 
+/* Whether request r has completed: waits for it when wait, else only asks. */
+static bool finished(MPI_Request *r, bool wait)
+{
+    int done = 1;
+    if (wait)
+        MPI_Wait(r, MPI_STATUS_IGNORE);
+    else
+        MPI_Test(r, &done, MPI_STATUS_IGNORE);
+    return done != 0;
+}
+
 /* Advances what can advance, in bucket order on every rank (collectives
  * start in the same order everywhere). wait: block until all is done. */
 static void progress(tg_dist *d, bool wait)
@@ -344,22 +355,13 @@ static void progress(tg_dist *d, bool wait)
         scatter_start(d, &d->buckets[d->next_scatter++]);
     while (d->next_gather < d->next_scatter) {
         dist_bucket *b = &d->buckets[d->next_gather];
-        int done = 0;
         if (b->state == BUCKET_SCATTERING) {
-            if (wait)
-                MPI_Wait(&b->scatter, MPI_STATUS_IGNORE), done = 1;
-            else
-                MPI_Test(&b->scatter, &done, MPI_STATUS_IGNORE);
-            if (!done)
+            if (!finished(&b->scatter, wait))
                 break;
             scatter_done(d, b);
         }
         if (b->state == BUCKET_GATHERING) {
-            if (wait)
-                MPI_Wait(&b->gather, MPI_STATUS_IGNORE), done = 1;
-            else
-                MPI_Test(&b->gather, &done, MPI_STATUS_IGNORE);
-            if (!done)
+            if (!finished(&b->gather, wait))
                 break;
             b->state = BUCKET_DONE;
         }

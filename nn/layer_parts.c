@@ -1,6 +1,6 @@
-/* The parts that the Transformer encoder, decoder and nn.Transformer share:
- * config checks, the feed-forward block, the residual-and-norm wrapper of a
- * sublayer, and the state-dict names of sub-modules and layer stacks. */
+/* The parts that the Transformer layers and stacks share: config checks, the
+ * feed-forward block, the residual-and-norm wrapper, state-dict names, and
+ * the causal mask of cached decoding (decoder_cache.c and llama.c use it). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +67,17 @@ tg_tensor *tg__residual(bool norm_first, const tg_layer_norm_module *norm,
         y = tg_layer_norm_module_forward(norm, tg_add(x, tg_dropout_module_forward(drop, a)));
     }
     return tg_scope_end_keep(y);
+}
+
+tg_tensor *tg__offset_causal_mask(int64_t T, int64_t pos0)
+{
+    int64_t S = pos0 + T;
+    tg_tensor *mask = tg_zeros(TG_BOOL, 2, (int64_t[]){T, S});
+    bool *p = mask ? tg_data(mask) : NULL;
+    for (int64_t i = 0; p && i < T; i++)
+        for (int64_t j = pos0 + i + 1; j < S; j++)
+            p[i * S + j] = true;
+    return mask;
 }
 
 char *tg__sub_prefix(const char *prefix, const char *name)

@@ -1,6 +1,6 @@
-/* What the Transformer's layers and stacks share (encoder.c, decoder.c,
- * transformer.c): the config checks, the feed-forward block, a sublayer
- * wrapped in its residual and LayerNorm, and state-dict naming. Internal. */
+/* What the Transformer's layers share (encoder.c, decoder.c, transformer.c):
+ * config checks, the feed-forward block, the residual-and-norm wrapper,
+ * state-dict naming; and cached decoding's causal mask. Internal. */
 #ifndef TG_NN_LAYER_PARTS_H
 #define TG_NN_LAYER_PARTS_H
 
@@ -16,6 +16,11 @@ int tg__check_layer_config(const char *fn, const tg_encoder_config *c, tg_dtype 
  * x [..., d] -> [..., d]. */
 tg_tensor *tg__feed_forward(const tg_linear *linear1, const tg_linear *linear2, tg_activation act,
                             const tg_tensor *x, const tg_dropout_module *drop);
+
+/* Bool [T, pos0 + T], true where key j comes after query i (j > pos0 + i):
+ * the causal mask of T queries that follow pos0 cached positions. A new
+ * reference, or NULL. */
+tg_tensor *tg__offset_causal_mask(int64_t T, int64_t pos0);
 
 /* A sublayer: x [B, T, d] -> [B, T, d], a new reference (NULL on error). */
 typedef tg_tensor *(*tg__sublayer)(const void *ctx, const tg_tensor *x);

@@ -8,6 +8,7 @@
 #include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
+#include "layer_parts.h"
 #include "lm.h"
 
 /* One decoder layer; projection weights are [out, in]. */
@@ -331,19 +332,6 @@ static tg_tensor *split_heads(const tg_tensor *x, int64_t n, int64_t hd)
     return tg_transpose(tg_reshape(x, 4, (int64_t[]){s[0], s[1], n, hd}), 1, 2);
 }
 
-/* Bool [T, pos0 + T], true where key j is after query i (j > pos0 + i):
- * the causal mask of T queries that follow pos0 cached positions. */
-static tg_tensor *offset_causal_mask(int64_t T, int64_t pos0)
-{
-    int64_t S = pos0 + T;
-    tg_tensor *mask = tg_zeros(TG_BOOL, 2, (int64_t[]){T, S});
-    bool *p = mask ? tg_data(mask) : NULL;
-    for (int64_t i = 0; p && i < T; i++)
-        for (int64_t j = pos0 + i + 1; j < S; j++)
-            p[i * S + j] = true;
-    return mask;
-}
-
 /* Causal grouped-query self-attention of input_layernorm(x) at positions
  * pos0..: x [B, T, d] -> o_proj(heads merged) [B, T, d]. Each projection
  * normalises x again inside one op, so the normalised x is never held. With
@@ -366,7 +354,7 @@ static tg_tensor *attention(const tg_llama *m, const llama_layer *L, const tg_te
             return NULL;
         k = tg_unsqueeze(tg_narrow(cache->k[l], 1, 0, pos0 + T), 0); /* [1, Hkv, S, hd] */
         v = tg_unsqueeze(tg_narrow(cache->v[l], 1, 0, pos0 + T), 0);
-        if (pos0 > 0 && T > 1 && !(mask = offset_causal_mask(T, pos0)))
+        if (pos0 > 0 && T > 1 && !(mask = tg__offset_causal_mask(T, pos0)))
             return NULL;
     }
     /* query head i reads kv head i / (H / Hkv) in place */

@@ -7,6 +7,8 @@
 #include <tensorgrad/module.h>
 #include <tensorgrad/nn.h>
 
+#include "layer_parts.h"
+
 /* Room for one more entry; -1 with TG_ERR_NOMEM when it cannot be had. */
 static int reserve_one(tg_params *ps)
 {
@@ -32,21 +34,6 @@ nomem:
     return -1;
 }
 
-/* "prefix.name", or a copy of name when there is no prefix; NULL when out of memory. */
-static char *join_name(const char *prefix, const char *name)
-{
-    size_t lp = prefix ? strlen(prefix) : 0, ln = strlen(name);
-    char *full = malloc(lp + ln + 2);
-    if (!full)
-        return NULL;
-    if (lp) {
-        memcpy(full, prefix, lp);
-        full[lp++] = '.';
-    }
-    memcpy(full + lp, name, ln + 1);
-    return full;
-}
-
 int tg_params_add(tg_params *ps, const char *prefix, const char *name, tg_tensor *t)
 {
     TG_CHECK_ARG_STATUS(ps);
@@ -56,7 +43,7 @@ int tg_params_add(tg_params *ps, const char *prefix, const char *name, tg_tensor
         tg_fail(TG_ERR_VALUE, "tg_params_add: empty name (prefix \"%s\")", prefix ? prefix : "");
         return -1;
     }
-    char *full = join_name(prefix, name);
+    char *full = tg__sub_prefix(prefix, name);
     if (!full) {
         tg_fail(TG_ERR_NOMEM, "tg_params_add: out of memory copying name \"%s\"", name);
         return -1;

@@ -592,7 +592,8 @@ bool tg__gemm_has_dpbf16(void)
 
 /* Seconds for iters rounds of 28 independent 512-bit vdpbf16ps (bf16) or
  * vfmadd231ps, the accumulators all in registers: as many as the
- * micro-kernels keep, so the loop meets the same latency limits. */
+ * micro-kernels keep, so the loop meets the same latency limits. bench/peak.c
+ * has its own copy: it sees the public API alone and times AMX and all threads. */
 #define PEAK_OPS(op)                                                                          \
     op " %%zmm30, %%zmm31, %%zmm0\n\t" op " %%zmm30, %%zmm31, %%zmm1\n\t"                       \
     op " %%zmm30, %%zmm31, %%zmm2\n\t" op " %%zmm30, %%zmm31, %%zmm3\n\t"                       \
