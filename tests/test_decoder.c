@@ -4,7 +4,6 @@
 #include "transformer_testutil.h"
 
 /* d_model 4, 2 heads, feed-forward 6; tgt [B, T, 4], memory [B, S, 4]. */
-enum { D = 4, NH = 2, DFF = 6, B = 2, T = 3, S = 4 };
 
 static const char *const layer_names[] = {
     "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
@@ -20,28 +19,6 @@ static tg_decoder_config config(tg_activation act, bool norm_first, double dropo
     return (tg_decoder_config){.d_model = D, .nhead = NH, .dim_feedforward = DFF,
                                .dropout = dropout, .layer_norm_eps = 1e-5,
                                .activation = act, .norm_first = norm_first};
-}
-
-/* [B, len, D]: 1.5 sin(0.37 i^2 + phase), rows that layer_norm does not make equal */
-static tg_tensor *input(tg_dtype dt, int64_t len, double phase)
-{
-    double v[B * 8 * D];
-    ck_assert_int_le(len, 8);
-    for (int i = 0; i < B * len * D; i++)
-        v[i] = 1.5 * sin(0.37 * i * i + phase);
-    return make(dt, 3, SHAPE(B, len, D), v);
-}
-
-/* a and b hold bit-for-bit the same values. */
-static void assert_same(const tg_tensor *a, const tg_tensor *b)
-{
-    int64_t n = tg_numel(a);
-    ck_assert_int_eq(n, tg_numel(b));
-    double *va = values_of(a), *vb = values_of(b);
-    for (int64_t i = 0; i < n; i++)
-        ck_assert_msg(va[i] == vb[i], "element %lld: %.17g vs %.17g", (long long)i, va[i], vb[i]);
-    free(va);
-    free(vb);
 }
 
 /* ---- names and init --------------------------------------------------------- */

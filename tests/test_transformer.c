@@ -3,35 +3,12 @@
  * and the README's three uses of attention as code that runs. */
 #include "transformer_testutil.h"
 
-enum { D = 4, NH = 2, DFF = 6, B = 2, S = 4, T = 3 };
-
 static tg_transformer_config config(int enc, int dec, bool norm_first, double dropout)
 {
     return (tg_transformer_config){.d_model = D, .nhead = NH, .dim_feedforward = DFF,
                                    .num_encoder_layers = enc, .num_decoder_layers = dec,
                                    .dropout = dropout, .layer_norm_eps = 1e-5,
                                    .activation = TG_ACT_RELU, .norm_first = norm_first};
-}
-
-/* [B, len, D]: 1.5 sin(0.37 i^2 + phase) */
-static tg_tensor *input(tg_dtype dt, int64_t len, double phase)
-{
-    double v[B * 8 * D];
-    ck_assert_int_le(len, 8);
-    for (int i = 0; i < B * len * D; i++)
-        v[i] = 1.5 * sin(0.37 * i * i + phase);
-    return make(dt, 3, SHAPE(B, len, D), v);
-}
-
-static void assert_same(const tg_tensor *a, const tg_tensor *b)
-{
-    int64_t n = tg_numel(a);
-    ck_assert_int_eq(n, tg_numel(b));
-    double *va = values_of(a), *vb = values_of(b);
-    for (int64_t i = 0; i < n; i++)
-        ck_assert_msg(va[i] == vb[i], "element %lld: %.17g vs %.17g", (long long)i, va[i], vb[i]);
-    free(va);
-    free(vb);
 }
 
 /* ---- names and init ----------------------------------------------------------- */

@@ -1,10 +1,37 @@
-/* Module-level gradchecks of the encoder-decoder (test_decoder.c,
- * test_transformer.c): a module's parameter fields in state_dict order, so a
- * checked function can run the module on the checker's copies of them. */
+/* What the encoder-decoder tests (test_decoder.c, test_transformer.c) share:
+ * their sizes and inputs, a bit-for-bit comparison, and for the module-level
+ * gradchecks a module's parameter fields in state_dict order, so a checked
+ * function can run the module on the checker's copies of them. */
 #ifndef TG_TRANSFORMER_TESTUTIL_H
 #define TG_TRANSFORMER_TESTUTIL_H
 
 #include "testutil.h"
+
+/* The sizes both tests run at: width, heads, feed-forward, batch, target
+ * and source lengths. */
+enum { D = 4, NH = 2, DFF = 6, B = 2, T = 3, S = 4 };
+
+/* [B, len, D]: 1.5 sin(0.37 i^2 + phase), rows that layer_norm does not make equal */
+static inline tg_tensor *input(tg_dtype dt, int64_t len, double phase)
+{
+    double v[B * 8 * D];
+    ck_assert_int_le(len, 8);
+    for (int i = 0; i < B * len * D; i++)
+        v[i] = 1.5 * sin(0.37 * i * i + phase);
+    return make(dt, 3, SHAPE(B, len, D), v);
+}
+
+/* a and b hold bit-for-bit the same values. */
+static inline void assert_same(const tg_tensor *a, const tg_tensor *b)
+{
+    int64_t n = tg_numel(a);
+    ck_assert_int_eq(n, tg_numel(b));
+    double *va = values_of(a), *vb = values_of(b);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_msg(va[i] == vb[i], "element %lld: %.17g vs %.17g", (long long)i, va[i], vb[i]);
+    free(va);
+    free(vb);
+}
 
 enum { MAX_SLOTS = 256 };
 
