@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #if TG_HAVE_OPENMP
 #include <omp.h>
@@ -364,6 +365,39 @@ static const struct tg__ukr_f32 *simd_kernel_f32(void)
     return tg__gemm_ukr_f32(current_isa());
 }
 
+#if TG_HAVE_BLAS
+/* Whether OpenBLAS's kernels for this CPU are as wide as the built-in
+ * ones: OpenBLAS picks them by CPU model, and on a CPU it does not know it
+ * falls back to narrower ones (0.3.21 runs its SSE3 "Prescott" kernels on
+ * an Intel Xeon of model 207, where its A^T products ran at 14-30 GFLOP/s
+ * against the packed kernel's 87-142 on one thread, and its AVX2 ones on
+ * AMD Zen 5). Core names as openblas_get_corename() gives them. */
+static bool blas_as_wide_as_builtin(void)
+{
+    static const char *const avx512_cores[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+    static const char *const avx2_cores[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
+                                             "SapphireRapids"};
+    const char *core = openblas_get_corename();
+    enum tg__gemm_isa isa = current_isa();
+    const char *const *names = isa == TG_GEMM_ISA_AVX512 ? avx512_cores : avx2_cores;
+    size_t count = isa == TG_GEMM_ISA_AVX512 ? sizeof avx512_cores / sizeof *avx512_cores
+                                             : sizeof avx2_cores / sizeof *avx2_cores;
+    for (size_t i = 0; core && i < count; i++)
+        if (strcasecmp(core, names[i]) == 0)
+            return true;
+    return false;
+}
+#endif
+
+bool tg__gemm_blas_takes_transposed_a(void)
+{
+#if TG_HAVE_BLAS
+    return simd_kernel_f32() == NULL || blas_as_wide_as_builtin();
+#else
+    return false;
+#endif
+}
+
 int tg__sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
               int64_t ldc)
@@ -382,10 +416,12 @@ int tg__sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
      * whose A is not transposed: tiny up to 64^3, packed from 128^3 (by
      * 1-5% at 2048 x 1152 x 384, and it writes a C of beta 0 in one pass
      * where OpenBLAS zeroes it first). OpenBLAS keeps the A^T B products
-     * that tg__sgemm_weight_grads does not take: the packed kernel is level
-     * with it from 384 rows of A^T, but a tied head's 65 x 384 x 2048 runs
-     * at 179 GFLOP/s there against its 142. */
-    if (!trans_a && simd_kernel_f32())
+     * that tg__sgemm_weight_grads does not take when its kernels for this
+     * CPU are as wide as the built-in ones: there the packed kernel is
+     * level with it from 384 rows of A^T, and a tied head's 65 x 384 x 2048
+     * ran at 179 GFLOP/s in OpenBLAS against its 142. Where OpenBLAS runs
+     * narrower kernels than the CPU has, the built-in ones take them too. */
+    if (simd_kernel_f32() && (!trans_a || !tg__gemm_blas_takes_transposed_a()))
         return tg__sgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (blas_fits(m, n, k, lda, ldb, ldc)) {
         cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,

@@ -13,10 +13,12 @@
 /* C = alpha * op(A) @ op(B) + beta * C, all row-major. Float32: thin, tiny
  * and narrow products to gemm_small.c, the rest to the packed kernel where
  * it has SIMD code, except those with A transposed, which go to OpenBLAS
- * when the build has it. Float64: OpenBLAS when the build has it. (The A^T
- * shapes of gpt-medium's weight gradients, 384-1536 x 384-1536 x 4096-8192,
- * ran level on this Intel Xeon, packed kernel against OpenBLAS, one thread
- * each, within the 10-20% noise of a loaded machine: they stay with BLAS.)
+ * when the build has it and its kernels for this CPU are as wide as the
+ * built-in ones (tg__gemm_blas_takes_transposed_a). Float64: OpenBLAS when
+ * the build has it. (The A^T shapes of gpt-medium's weight gradients,
+ * 384-1536 x 384-1536 x 4096-8192, ran level on an Intel Xeon whose CPU
+ * OpenBLAS knows, packed kernel against OpenBLAS, one thread each, within
+ * the 10-20% noise of a loaded machine: they stay with BLAS there.)
  *
  *   op(A) is M x K: A itself stored M x K with row stride lda, or, with
  *         trans_a, the transpose of A stored K x M with row stride lda;
@@ -27,6 +29,11 @@
  * With beta == 0, C is written without being read (it may hold NaN). Any of
  * M, N, K may be 0; K == 0 leaves beta * C. Returns 0, or -1 when scratch
  * memory could not be allocated (nothing recorded: the caller reports it). */
+/* Whether tg__sgemm sends products with A transposed to OpenBLAS: the
+ * build has it, and its kernels for this CPU (openblas_get_corename) are as
+ * wide as the built-in SIMD kernels in use, or there are none. */
+bool tg__gemm_blas_takes_transposed_a(void);
+
 int tg__sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
               int64_t ldc);

@@ -107,7 +107,8 @@ int tg_build_info_format(char *buf, size_t size)
     if (strcmp(info.blas, "none") == 0)
         append(buf, size, &len, "none");
     else
-        append(buf, size, &len, "%s (core %s)", info.blas_config, info.blas_core);
+        append(buf, size, &len, "%s (core %s; A^T products: %s)", info.blas_config,
+               info.blas_core, tg__gemm_blas_takes_transposed_a() ? "OpenBLAS" : "built-in");
     append(buf, size, &len, "; openmp: %s, %d thread%s; mpi: %s", info.openmp ? "yes" : "no",
            info.threads, info.threads == 1 ? "" : "s", info.mpi ? "yes" : "no");
     return len > INT32_MAX ? -1 : (int)len;

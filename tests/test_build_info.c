@@ -3,6 +3,7 @@
  * configuration (tg_config.h) and against the CPU. */
 #include "testutil.h"
 
+#include "gemm.h"
 #include "tg_config.h"
 
 #if TG_HAVE_OPENMP
@@ -152,6 +153,56 @@ START_TEST(build_info_format_is_one_line_measured_like_snprintf)
 }
 END_TEST
 
+/* OpenBLAS's cores whose kernels predate AVX2 (what 0.3.21 falls back to
+ * on a CPU it does not know): the built-in SIMD kernels are ahead of them
+ * by several times, so they keep no float32 product. */
+static bool blas_core_predates_avx2(const char *core)
+{
+    static const char *const narrow[] = {"Prescott", "Core2",     "Penryn",   "Dunnington",
+                                         "Nehalem",  "Atom",      "Katmai",   "Coppermine",
+                                         "Northwood", "Banias",   "Opteron",  "Barcelona",
+                                         "Bobcat",   "Sandybridge", "Bulldozer", "Piledriver"};
+    for (size_t i = 0; i < sizeof narrow / sizeof *narrow; i++)
+        if (strcmp(core, narrow[i]) == 0)
+            return true;
+    return false;
+}
+
+START_TEST(transposed_a_products_run_where_the_line_says)
+{
+    tg_build_info info;
+    ck_assert_int_eq(tg_build_info_get(&info), 0);
+    char line[1024];
+    tg_build_info_format(line, sizeof line);
+    bool blas_takes = tg__gemm_blas_takes_transposed_a();
+#if TG_HAVE_BLAS
+    ck_assert_msg(strstr(line, blas_takes ? "; A^T products: OpenBLAS)" : "; A^T products: built-in)"),
+                  "line: %s", line);
+    if (strcmp(info.gemm_isa, "portable") != 0 && blas_core_predates_avx2(info.blas_core))
+        ck_assert_msg(!blas_takes, "OpenBLAS core %s keeps A^T products beside %s kernels",
+                      info.blas_core, info.gemm_isa);
+    if (strcmp(info.gemm_isa, "portable") == 0)
+        ck_assert(blas_takes);
+#else
+    ck_assert(!blas_takes);
+    ck_assert_ptr_null(strstr(line, "A^T"));
+#endif
+    /* where the built-in kernels take them, tg__sgemm gives their bits */
+    if (!blas_takes) {
+        enum { M = 96, N = 80, K = 300 };
+        static float a[K * M], b[K * N], via_entry[M * N], via_builtin[M * N];
+        for (int i = 0; i < K * M; i++)
+            a[i] = (float)((i * 37 % 101) - 50) / 64.0f;
+        for (int i = 0; i < K * N; i++)
+            b[i] = (float)((i * 53 % 97) - 48) / 32.0f;
+        ck_assert_int_eq(tg__sgemm(true, false, M, N, K, 1.0f, a, M, b, N, 0.0f, via_entry, N), 0);
+        ck_assert_int_eq(
+            tg__sgemm_builtin(true, false, M, N, K, 1.0f, a, M, b, N, 0.0f, via_builtin, N), 0);
+        ck_assert_mem_eq(via_entry, via_builtin, sizeof via_entry);
+    }
+}
+END_TEST
+
 START_TEST(build_info_rejects_null_buffers)
 {
     ck_assert_int_eq(tg_build_info_get(NULL), -1);
@@ -175,6 +226,7 @@ int main(void)
     tcase_add_test(tc, build_info_matches_the_build);
     tcase_add_test(tc, build_info_matches_the_cpu);
     tcase_add_test(tc, build_info_format_is_one_line_measured_like_snprintf);
+    tcase_add_test(tc, transposed_a_products_run_where_the_line_says);
     tcase_add_test(tc, build_info_rejects_null_buffers);
     suite_add_tcase(s, tc);
     return run_suite(s);
