@@ -153,6 +153,7 @@ START_TEST(build_info_format_is_one_line_measured_like_snprintf)
 }
 END_TEST
 
+#if TG_HAVE_BLAS
 /* OpenBLAS's cores whose kernels predate AVX2 (what 0.3.21 falls back to
  * on a CPU it does not know): the built-in SIMD kernels are ahead of them
  * by several times, so they keep no float32 product. */
@@ -167,6 +168,7 @@ static bool blas_core_predates_avx2(const char *core)
             return true;
     return false;
 }
+#endif
 
 START_TEST(transposed_a_products_run_where_the_line_says)
 {
