@@ -384,7 +384,8 @@ DPBF16_KERNEL(10)
  * Linux hands out the tile state only to a process that asks for it
  * (arch_prctl ARCH_REQ_XCOMP_PERM), and each thread loads the tile
  * configuration before its first tile instruction. */
-#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512bf16,avx512bw,avx512vl,avx512f,avx2,fma")))
+#define AMX_TARGET                                                                            \
+    __attribute__((target("amx-tile,amx-bf16,prfchw,avx512bf16,avx512bw,avx512vl,avx512f,avx2,fma")))
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
@@ -432,18 +433,20 @@ AMX_TARGET static void amx_end(void)
     _tile_release();
 }
 
-/* tg__pack_bf16_fn for op(A)'s 32-row panels: row r of the panel is K's
- * bfloat16 values of row i0 + r in a row of kp = kc rounded up to 32,
- * zero past kc and past h rows: the tile of 16 rows x 32 K loads with a
- * stride of kp. Fills 16 kp float slots (at most width * kc from kc = 16
- * on). A transposed is packed as floats into a stack block first. */
+/* tg__pack_bf16_fn for op(A)'s 32-row panels: kp = kc rounded up to 32,
+ * as kp / 32 blocks of [32 rows][32 K] bfloat16 (2 KiB), zero past kc and
+ * past h rows. Each 16-row tile of a block is 1 KiB in one piece, loaded
+ * with a stride of 64 bytes: a tile load reads 16 consecutive lines, and
+ * the panel is read front to back (rows kp apart put a tile's 16 lines
+ * 1 KiB apart and crossed the whole panel per step). Fills 16 kp float
+ * slots (at most width * kc from kc = 16 on). A transposed is packed as
+ * floats into a stack block first. */
 BF16_TARGET static void pack_amx_a(bool trans, const float *x, int64_t ld, int64_t i0, int h,
                                    int64_t p0, int64_t kc, int width,
                                    void (*map)(float *, int64_t), float *dst)
 {
-    int64_t kp = (kc + 31) / 32 * 32;
     uint16_t *out = (uint16_t *)(void *)dst;
-    _Alignas(64) float row[512], block[64 * 32]; /* kc <= 512 */
+    _Alignas(64) float row[64], block[64 * 32];
     for (int64_t p = 0; p < kc; p += 64) {
         int64_t n = kc - p < 64 ? kc - p : 64;
         if (trans) /* rows [p, p + n) of op(A)^T as [n][width] floats */
@@ -464,12 +467,16 @@ BF16_TARGET static void pack_amx_a(bool trans, const float *x, int64_t ld, int64
             for (int64_t q = 0; q < n; q += 16) {
                 __mmask16 in = n - q >= 16 ? 0xffff : (__mmask16)((1u << (n - q)) - 1);
                 __m512i v = _mm512_srli_epi32(bf16_round16(_mm512_maskz_loadu_ps(in, src + q)), 16);
-                _mm256_mask_storeu_epi16(out + r * kp + p + q, in, _mm512_cvtepi32_epi16(v));
+                int64_t at = p + q; /* 16 K values: half of a block's row */
+                _mm256_mask_storeu_epi16(out + at / 32 * 1024 + r * 32 + at % 32, in,
+                                         _mm512_cvtepi32_epi16(v));
             }
         }
     }
-    for (int r = 0; r < width; r++)
-        memset(out + r * kp + kc, 0, sizeof(uint16_t) * (size_t)(kp - kc));
+    if (kc % 32 != 0) /* the last block's columns from kc on */
+        for (int r = 0; r < width; r++)
+            memset(out + kc / 32 * 1024 + r * 32 + kc % 32, 0,
+                   sizeof(uint16_t) * (size_t)(32 - kc % 32));
 }
 
 /* tg__pack_bf16_fn for op(B)'s 32-column panels: pack_pairs' [kc/2][32]
@@ -488,7 +495,11 @@ BF16_TARGET static void pack_amx_b(bool trans, const float *x, int64_t ld, int64
  * packed by pack_amx_a and pack_amx_b. C goes straight from the tiles to
  * memory when alpha is 1 and beta 0 without a bias (the usual case), and
  * when alpha and beta are 1 (every piece of K after the first), which
- * starts from C's tiles; else through a block on the stack. */
+ * starts from C's tiles; else through a block on the stack. The driver
+ * calls it down the rows of a panel of B, so the next call's C is the 32
+ * rows below: its 64 lines are fetched for writing a few per step of K
+ * (the tile stores of a C far out in L3 or memory had stalled the tiles
+ * for 30-60% of the time). */
 AMX_TARGET static void ukr_amx(int64_t kc, const float *pa, const float *pb, float *c,
                                int64_t ldc, float alpha, float beta, const float *bias)
 {
@@ -507,9 +518,13 @@ AMX_TARGET static void ukr_amx(int64_t kc, const float *pa, const float *pb, flo
         _tile_zero(2);
         _tile_zero(3);
     }
-    for (int64_t p = 0; p < kp; p += 32) {
-        _tile_loadd(4, a + 2 * p, 2 * kp);
-        _tile_loadd(5, a + 2 * (16 * kp + p), 2 * kp);
+    const char *next_c = (const char *)(c + 32 * ldc);
+    int64_t per_step = (64 + kp / 32 - 1) / (kp / 32); /* of the next C's 64 lines */
+    for (int64_t p = 0, line = 0; p < kp; p += 32) {
+        for (int64_t end = line + per_step; line < end && line < 64; line++)
+            _mm_prefetch(next_c + line / 2 * 4 * ldc + line % 2 * 64, _MM_HINT_ET0);
+        _tile_loadd(4, a + 64 * p, 64);
+        _tile_loadd(5, a + 64 * p + 1024, 64);
         _tile_loadd(6, b + 64 * p, 128);
         _tile_loadd(7, b + 64 * p + 64, 128);
         _tile_dpbf16ps(0, 4, 6);
