@@ -587,10 +587,16 @@ static const struct tg__ukr_bf16 avx2_converting = {
     6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rounded, pack_rounded, NULL, 1, NULL, NULL,
     {0}, {NULL}};
 
-/* AMX: 32 x 32 tiles of C; a 512-deep panel of B (32 KiB) stays in L1
- * while a block of 192 rows of A streams from L2. */
+/* AMX: 32 x 32 tiles of C, which stay in the tiles for up to 2048 of K
+ * (the driver's slice): C then leaves the tiles once per slice. Its
+ * round trips cost more than the tile loads' misses in L1 that so deep a
+ * panel of A or B brings (each 128 KiB, from L2): paired runs on one core,
+ * 1024^3 at 777 GFLOP/s against 636 with 512-deep pieces, 2048x384x1536
+ * 692 against 557 (medians); on two threads 1024^3 best 1307 against 1008,
+ * and 256 or 384 deep ran 10-25% slower still. A block of 192 rows of A
+ * (768 KiB) stays in L2. */
 static const struct tg__ukr_bf16 amx_bf16 = {
-    32, 32, 192, 512, 3072, ukr_amx, pack_amx_a, pack_amx_b, pack_pair_rows, 32, amx_begin, amx_end,
+    32, 32, 192, 2048, 3072, ukr_amx, pack_amx_a, pack_amx_b, pack_pair_rows, 32, amx_begin, amx_end,
     {0}, {NULL}};
 
 bool tg__gemm_has_amx(void)

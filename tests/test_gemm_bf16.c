@@ -161,15 +161,17 @@ static void check_bf16(int64_t m, int64_t n, int64_t k, bool ta, bool tb, float 
 
 /* Shape classes: tiny, thin (1-4 rows), narrow, a long reduction, odd k,
  * short last tiles in M, N and K past the packed kernels' blocks (14 x 32
- * and AMX's 32 x 32 tiles, 512-deep pieces: a last piece of 1 or 7, which
- * AMX leaves to the vector kernels, of 20 or 76, which it pads to 32 or
- * 96), more columns than one packed slice, C summed over pieces, and a
- * thin product whose operands are rounded in three blocks of K. */
+ * and AMX's 32 x 32 tiles; the vector kernels' 512-deep pieces, AMX's
+ * 2048-deep ones: a last piece of 1 or 7, which AMX leaves to the vector
+ * kernels, of 20 or 76, which it pads to 32 or 96, and the 32 x 32 blocks
+ * of K its panels of A are made of, short in K: 1031, 1100), more columns
+ * than one packed slice, C summed over pieces, and a thin product whose
+ * operands are rounded in three blocks of K. */
 static const int64_t shapes[][3] = {
-    {1, 1, 1},      {3, 5, 7},       {2, 100, 37},   {4, 33, 65},    {17, 9, 3},
-    {64, 64, 64},   {700, 30, 50},   {32, 32, 700},  {47, 71, 513},  {129, 65, 1031},
+    {1, 1, 1},      {3, 5, 7},       {2, 100, 37},   {4, 33, 65},     {17, 9, 3},
+    {64, 64, 64},   {700, 30, 50},   {32, 32, 700},  {47, 71, 513},   {129, 65, 1031},
     {15, 33, 2},    {200, 96, 257},  {30, 3100, 20}, {300, 200, 128}, {100, 80, 1100},
-    {65, 97, 2080}, {3, 700, 200},
+    {65, 97, 2080}, {3, 700, 200},   {40, 33, 2055}, {70, 40, 2068},  {33, 66, 4172},
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
@@ -194,6 +196,7 @@ START_TEST(bf16_gemm_applies_alpha_and_beta)
     check_bf16(130, 40, 300, true, false, 2.0f, 1.0f, false);
     check_bf16(3, 200, 100, false, false, 1.5f, -1.0f, false);
     check_bf16(64, 96, 600, false, false, 1.0f, 1.0f, false); /* AMX starts from C's tiles */
+    check_bf16(64, 64, 2100, false, true, 1.0f, 1.0f, false);  /* ... and sums two slices */
     ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
 }
 END_TEST
