@@ -445,6 +445,15 @@ BF16_TARGET static void pack_amx_a(bool trans, const float *x, int64_t ld, int64
                                    int64_t p0, int64_t kc, int width,
                                    void (*map)(float *, int64_t), float *dst)
 {
+    /* word i of a block's row: the upper half of float i, from the first
+     * 16 (words 0-31 of the pair of vectors) or the next 16 (32-63) */
+    static const uint16_t upper_words[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                             23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                             45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+    const __m512i upper = _mm512_loadu_si512(upper_words);
+    const __m512i down = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32(width));
     uint16_t *out = (uint16_t *)(void *)dst;
     _Alignas(64) float row[64], block[64 * 32];
     for (int64_t p = 0; p < kc; p += 64) {
@@ -452,31 +461,36 @@ BF16_TARGET static void pack_amx_a(bool trans, const float *x, int64_t ld, int64
         if (trans) /* rows [p, p + n) of op(A)^T as [n][width] floats */
             pack_f32_panel(true, x, ld, i0, h, p0 + p, n, width, map, block);
         for (int r = 0; r < width; r++) {
-            const float *src = row;
-            if (r >= h) {
-                memset(row, 0, sizeof(float) * (size_t)n);
-            } else if (trans) {
-                for (int64_t q = 0; q < n; q++)
-                    row[q] = block[q * width + r];
-            } else if (map) {
-                memcpy(row, x + (i0 + r) * ld + p0 + p, sizeof(float) * (size_t)n);
+            const float *src = trans || r >= h ? row : x + (i0 + r) * ld + p0 + p;
+            if (!trans && r < h && map) {
+                memcpy(row, src, sizeof(float) * (size_t)n);
                 map(row, n);
-            } else {
-                src = x + (i0 + r) * ld + p0 + p;
+                src = row;
             }
-            for (int64_t q = 0; q < n; q += 16) {
-                __mmask16 in = n - q >= 16 ? 0xffff : (__mmask16)((1u << (n - q)) - 1);
-                __m512i v = _mm512_srli_epi32(bf16_round16(_mm512_maskz_loadu_ps(in, src + q)), 16);
-                int64_t at = p + q; /* 16 K values: half of a block's row */
-                _mm256_mask_storeu_epi16(out + at / 32 * 1024 + r * 32 + at % 32, in,
-                                         _mm512_cvtepi32_epi16(v));
+            /* 32 of K at a time, a whole row of a block: the lanes past n
+             * load as zero, which is the padding on to kp */
+            uint16_t *to = out + p / 32 * 1024 + r * 32;
+            for (int64_t q = 0; q < n; q += 32, to += 1024) {
+                int64_t left = n - q;
+                __mmask16 lo = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+                __mmask16 hi = left >= 32   ? 0xffff
+                               : left > 16 ? (__mmask16)((1u << (left - 16)) - 1)
+                                           : 0;
+                __m512 v0 = _mm512_setzero_ps(), v1 = _mm512_setzero_ps();
+                if (r < h && trans) { /* column r of the block */
+                    __m512i at = _mm512_add_epi32(down, _mm512_set1_epi32((int)(q * width)));
+                    v0 = _mm512_mask_i32gather_ps(v0, lo, at, block + r, 4);
+                    at = _mm512_add_epi32(at, _mm512_set1_epi32(16 * width));
+                    v1 = _mm512_mask_i32gather_ps(v1, hi, at, block + r, 4);
+                } else if (r < h) {
+                    v0 = _mm512_maskz_loadu_ps(lo, src + q);
+                    v1 = _mm512_maskz_loadu_ps(hi, src + q + 16);
+                }
+                _mm512_storeu_si512(to, _mm512_permutex2var_epi16(bf16_round16(v0), upper,
+                                                                  bf16_round16(v1)));
             }
         }
     }
-    if (kc % 32 != 0) /* the last block's columns from kc on */
-        for (int r = 0; r < width; r++)
-            memset(out + kc / 32 * 1024 + r * 32 + kc % 32, 0,
-                   sizeof(uint16_t) * (size_t)(32 - kc % 32));
 }
 
 /* tg__pack_bf16_fn for op(B)'s 32-column panels: pack_pairs' [kc/2][32]
