@@ -510,10 +510,10 @@ BF16_TARGET static void pack_amx_b(bool trans, const float *x, int64_t ld, int64
  * memory when alpha is 1 and beta 0 without a bias (the usual case), and
  * when alpha and beta are 1 (every piece of K after the first), which
  * starts from C's tiles; else through a block on the stack. The driver
- * calls it down the rows of a panel of B, so the next call's C is the 32
- * rows below: its 64 lines are fetched for writing a few per step of K
- * (the tile stores of a C far out in L3 or memory had stalled the tiles
- * for 30-60% of the time). */
+ * calls it along the rows of C (rows_outer), so the next call's C is the
+ * 32 columns to the right: its 64 lines are fetched for writing a few per
+ * step of K (the tile stores of a C far out in L3 or memory had stalled
+ * the tiles for 30-60% of the time). */
 AMX_TARGET static void ukr_amx(int64_t kc, const float *pa, const float *pb, float *c,
                                int64_t ldc, float alpha, float beta, const float *bias)
 {
@@ -532,7 +532,7 @@ AMX_TARGET static void ukr_amx(int64_t kc, const float *pa, const float *pb, flo
         _tile_zero(2);
         _tile_zero(3);
     }
-    const char *next_c = (const char *)(c + 32 * ldc);
+    const char *next_c = (const char *)(c + 32);
     int64_t per_step = (64 + kp / 32 - 1) / (kp / 32); /* of the next C's 64 lines */
     for (int64_t p = 0, line = 0; p < kp; p += 32) {
         for (int64_t end = line + per_step; line < end && line < 64; line++)
@@ -593,13 +593,13 @@ static const struct tg__ukr_f64 avx2_f64 = {
  * panels. */
 static const struct tg__ukr_bf16 avx512_dpbf16 = {
     14, 32, 168, 512, 3072, ukr_dpbf16_14, pack_pairs, pack_pairs, pack_pair_rows, 2, NULL, NULL,
-    {4, 7, 10}, {ukr_dpbf16_4, ukr_dpbf16_7, ukr_dpbf16_10}};
+    {4, 7, 10}, {ukr_dpbf16_4, ukr_dpbf16_7, ukr_dpbf16_10}, false};
 static const struct tg__ukr_bf16 avx512_converting = {
     14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rounded, pack_rounded, NULL, 1, NULL, NULL,
-    {4, 7, 10}, {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}};
+    {4, 7, 10}, {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}, false};
 static const struct tg__ukr_bf16 avx2_converting = {
     6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rounded, pack_rounded, NULL, 1, NULL, NULL,
-    {0}, {NULL}};
+    {0}, {NULL}, false};
 
 /* AMX: 32 x 32 tiles of C, which stay in the tiles for up to 2048 of K
  * (the driver's slice): C then leaves the tiles once per slice. Its
@@ -608,10 +608,13 @@ static const struct tg__ukr_bf16 avx2_converting = {
  * 1024^3 at 777 GFLOP/s against 636 with 512-deep pieces, 2048x384x1536
  * 692 against 557 (medians); on two threads 1024^3 best 1307 against 1008,
  * and 256 or 384 deep ran 10-25% slower still. A block of 192 rows of A
- * (768 KiB) stays in L2. */
+ * (768 KiB) stays in L2. The tiles go along the rows of C (rows_outer):
+ * C is then written as 32 streams front to back, and a panel of A up to
+ * 384 deep (24 KiB) stays in L1 for the whole row; down the panels of B
+ * instead, 2048x1152x384 and 2048x1536x384 ran at 0.3-0.5 of that speed. */
 static const struct tg__ukr_bf16 amx_bf16 = {
     32, 32, 192, 2048, 3072, ukr_amx, pack_amx_a, pack_amx_b, pack_pair_rows, 32, amx_begin, amx_end,
-    {0}, {NULL}};
+    {0}, {NULL}, true};
 
 bool tg__gemm_has_amx(void)
 {
