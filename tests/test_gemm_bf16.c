@@ -201,6 +201,35 @@ START_TEST(bf16_gemm_applies_alpha_and_beta)
 }
 END_TEST
 
+/* The same bits from one thread and from two: each element of C is summed
+ * in one order whatever the split (rows in blocks, columns in groups, the
+ * pieces of a thread's last chunk shared out, two slices of K). */
+START_TEST(bf16_gemm_gives_the_same_bits_on_one_and_two_threads)
+{
+    enum { M = 700, N = 64, K = 2100 };
+    if (!use_path(_i))
+        return;
+    float *a = malloc(M * K * sizeof *a), *b = malloc(K * N * sizeof *b);
+    float *c1 = malloc(M * N * sizeof *c1), *c2 = malloc(M * N * sizeof *c2);
+    fill(a, M * K, 5), fill(b, K * N, 6);
+    int before = tg_num_threads();
+    for (int tb = 0; tb < 2; tb++) {
+        ck_assert_int_eq(tg_set_num_threads(1), 0);
+        ck_assert_int_eq(tg__sgemm_bf16(false, tb, M, N, K, 1.0f, a, K, b, tb ? K : N, 0.0f, c1,
+                                        N), 0);
+        ck_assert_int_eq(tg_set_num_threads(2), 0);
+        ck_assert_int_eq(tg__sgemm_bf16(false, tb, M, N, K, 1.0f, a, K, b, tb ? K : N, 0.0f, c2,
+                                        N), 0);
+        for (int i = 0; i < M * N; i++)
+            ck_assert_msg(bits_of(c1[i]) == bits_of(c2[i]), "tb=%d (%d,%d): %.9g vs %.9g", tb,
+                          i / N, i % N, c1[i], c2[i]);
+    }
+    ck_assert_int_eq(tg_set_num_threads(before), 0);
+    ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
+    free(a), free(b), free(c1), free(c2);
+}
+END_TEST
+
 START_TEST(gemm_p_sends_bf16_float32_products_to_the_bf16_kernels)
 {
     check_bf16(100, 70, 90, false, false, 1.0f, 0.0f, true);
@@ -312,6 +341,7 @@ int main(void)
     tcase_add_loop_test(gemm, bf16_gemm_matches_float64_of_rounded_operands, 0,
                         N_PATHS * N_SHAPES);
     tcase_add_loop_test(gemm, bf16_gemm_applies_alpha_and_beta, 0, N_PATHS);
+    tcase_add_loop_test(gemm, bf16_gemm_gives_the_same_bits_on_one_and_two_threads, 0, N_PATHS);
     tcase_add_test(gemm, gemm_p_sends_bf16_float32_products_to_the_bf16_kernels);
     tcase_add_test(gemm, bf16_path_choice_follows_the_cpu_and_the_environment);
     tcase_add_loop_test(gemm, bf16_bias_gemm_adds_the_bias_row_and_maps_a_before_rounding, 0,
