@@ -160,13 +160,44 @@ static void GEMM_FN(pack_b_part)(const GEMM_UKR *u, bool trans_b, const GEMM_T *
 #endif
 }
 
+/* One mr x nr tile of C at cp (rows [ir, ir+mr) of the chunk's A block
+ * pa, cols [j, j+nr) of the piece bs): h x w of it in C. A short last
+ * tile takes the kernel of the fewest rows that holds it; edge tiles go
+ * through a scratch tile so C is never overrun. */
+static void GEMM_FN(one_tile)(const GEMM_UKR *u, int64_t kc, const GEMM_T *pa, const GEMM_T *bs,
+                          int64_t ir, int64_t j, int h, int w, GEMM_T alpha, GEMM_T beta,
+                          const GEMM_T *bias, GEMM_T *cp, int64_t ldc)
+{
+    const int mr = u->mr, nr = u->nr;
+    GEMM_T tile[32 * 32]; /* mr x nr of the largest kernel */
+    __typeof__(*u->fn) *fn = u->fn;
+    int rows = mr;
+    for (int s = 0; h < mr && s < TG_UKR_SHORT && u->short_rows[s]; s++)
+        if (h <= u->short_rows[s]) {
+            fn = u->short_fn[s];
+            rows = u->short_rows[s];
+            break;
+        }
+    if (h == rows && w == nr) {
+        fn(kc, pa + ir * kc, bs + j * kc, cp, ldc, alpha, beta, bias ? bias + j : NULL);
+        return;
+    }
+    fn(kc, pa + ir * kc, bs + j * kc, tile, nr, 1, 0, NULL);
+    for (int r = 0; r < h; r++)
+        for (int x = 0; x < w; x++) {
+            GEMM_T *to = cp + r * ldc + x, v = alpha * tile[r * nr + x];
+            *to = beta != 0 ? v + beta * *to : bias ? v + bias[j + x] : v;
+        }
+}
+
 /* One chunk of C: rows [i0, i0+mc) x the nr-panels [q0, q1) of the packed
  * slice pb (ks deep, kc-deep pieces of ns_pad columns each). For every kc
- * piece the chunk's A block is packed into pa; then one B panel (kc x nr)
- * stays in L1 while the A block streams from L2. Edge tiles go through a
- * scratch tile so C is never overrun. beta, and bias (the row added to C's
- * rows, with beta 0, or NULL), apply to the first piece; amap and asum (or
- * NULL) are pack_a_blk's. */
+ * piece the chunk's A block is packed into pa; then either one B panel
+ * (kc x nr) stays in L1 while the A block streams from L2, or, where the
+ * kernel asks for rows_outer, one A panel (mr x kc) stays while the B
+ * panels stream and C is written along its rows. beta, and bias (the row
+ * added to C's rows, with beta 0, or NULL), apply to the first piece; amap
+ * and asum (or NULL) are pack_a_blk's. */
 static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int64_t lda,
                            int64_t i0, int64_t mc, int64_t q0, int64_t q1, int64_t ns,
                            int64_t ns_pad, int64_t p0, int64_t ks, const GEMM_T *pb,
@@ -174,39 +205,23 @@ static void GEMM_FN(chunk)(const GEMM_UKR *u, bool trans_a, const GEMM_T *a, int
                            GEMM_FN(amap_fn) amap, double *asum, GEMM_T *c, int64_t ldc)
 {
     const int mr = u->mr, nr = u->nr;
-    GEMM_T tile[32 * 32]; /* mr x nr of the largest kernel */
+#ifdef GEMM_PACK_BF16
+    const bool rows_outer = u->rows_outer;
+#else
+    const bool rows_outer = false;
+#endif
+    int64_t tiles = (mc + mr - 1) / mr, panels = q1 - q0;
     for (int64_t pc = 0; pc < ks; pc += u->kc, beta = 1, bias = NULL) {
         int64_t kc = ks - pc < u->kc ? ks - pc : u->kc;
         const GEMM_T *bs = pb + pc * ns_pad;
         GEMM_FN(pack_a_blk)(u, trans_a, a, lda, i0, mc, p0 + pc, kc, pa, amap, asum);
-        for (int64_t q = q0; q < q1; q++) {
-            int64_t j = q * nr;
+        for (int64_t t = 0; t < tiles * panels; t++) {
+            int64_t ir = (rows_outer ? t / panels : t % tiles) * mr;
+            int64_t j = (q0 + (rows_outer ? t % panels : t / tiles)) * nr;
+            int h = mc - ir < mr ? (int)(mc - ir) : mr;
             int w = ns - j < nr ? (int)(ns - j) : nr;
-            for (int64_t ir = 0; ir < mc; ir += mr) {
-                int h = mc - ir < mr ? (int)(mc - ir) : mr;
-                GEMM_T *cp = c + (i0 + ir) * ldc + j;
-                /* a short last tile takes the kernel of the fewest rows that
-                 * holds it */
-                __typeof__(*u->fn) *fn = u->fn;
-                int rows = mr;
-                for (int s = 0; h < mr && s < TG_UKR_SHORT && u->short_rows[s]; s++)
-                    if (h <= u->short_rows[s]) {
-                        fn = u->short_fn[s];
-                        rows = u->short_rows[s];
-                        break;
-                    }
-                if (h == rows && w == nr) {
-                    fn(kc, pa + ir * kc, bs + j * kc, cp, ldc, alpha, beta,
-                       bias ? bias + j : NULL);
-                    continue;
-                }
-                fn(kc, pa + ir * kc, bs + j * kc, tile, nr, 1, 0, NULL);
-                for (int r = 0; r < h; r++)
-                    for (int x = 0; x < w; x++) {
-                        GEMM_T *to = cp + r * ldc + x, v = alpha * tile[r * nr + x];
-                        *to = beta != 0 ? v + beta * *to : bias ? v + bias[j + x] : v;
-                    }
-            }
+            GEMM_FN(one_tile)(u, kc, pa, bs, ir, j, h, w, alpha, beta, bias,
+                          c + (i0 + ir) * ldc + j, ldc);
         }
     }
 }

@@ -384,7 +384,8 @@ DPBF16_KERNEL(10)
  * Linux hands out the tile state only to a process that asks for it
  * (arch_prctl ARCH_REQ_XCOMP_PERM), and each thread loads the tile
  * configuration before its first tile instruction. */
-#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512bf16,avx512bw,avx512vl,avx512f,avx2,fma")))
+#define AMX_TARGET                                                                            \
+    __attribute__((target("amx-tile,amx-bf16,prfchw,avx512bf16,avx512bw,avx512vl,avx512f,avx2,fma")))
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
@@ -432,44 +433,64 @@ AMX_TARGET static void amx_end(void)
     _tile_release();
 }
 
-/* tg__pack_bf16_fn for op(A)'s 32-row panels: row r of the panel is K's
- * bfloat16 values of row i0 + r in a row of kp = kc rounded up to 32,
- * zero past kc and past h rows: the tile of 16 rows x 32 K loads with a
- * stride of kp. Fills 16 kp float slots (at most width * kc from kc = 16
- * on). A transposed is packed as floats into a stack block first. */
+/* tg__pack_bf16_fn for op(A)'s 32-row panels: kp = kc rounded up to 32,
+ * as kp / 32 blocks of [32 rows][32 K] bfloat16 (2 KiB), zero past kc and
+ * past h rows. Each 16-row tile of a block is 1 KiB in one piece, loaded
+ * with a stride of 64 bytes: a tile load reads 16 consecutive lines, and
+ * the panel is read front to back (rows kp apart put a tile's 16 lines
+ * 1 KiB apart and crossed the whole panel per step). Fills 16 kp float
+ * slots (at most width * kc from kc = 16 on). A transposed is packed as
+ * floats into a stack block first. */
 BF16_TARGET static void pack_amx_a(bool trans, const float *x, int64_t ld, int64_t i0, int h,
                                    int64_t p0, int64_t kc, int width,
                                    void (*map)(float *, int64_t), float *dst)
 {
-    int64_t kp = (kc + 31) / 32 * 32;
+    /* word i of a block's row: the upper half of float i, from the first
+     * 16 (words 0-31 of the pair of vectors) or the next 16 (32-63) */
+    static const uint16_t upper_words[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                             23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                             45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+    const __m512i upper = _mm512_loadu_si512(upper_words);
+    const __m512i down = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32(width));
     uint16_t *out = (uint16_t *)(void *)dst;
-    _Alignas(64) float row[512], block[64 * 32]; /* kc <= 512 */
+    _Alignas(64) float row[64], block[64 * 32];
     for (int64_t p = 0; p < kc; p += 64) {
         int64_t n = kc - p < 64 ? kc - p : 64;
         if (trans) /* rows [p, p + n) of op(A)^T as [n][width] floats */
             pack_f32_panel(true, x, ld, i0, h, p0 + p, n, width, map, block);
         for (int r = 0; r < width; r++) {
-            const float *src = row;
-            if (r >= h) {
-                memset(row, 0, sizeof(float) * (size_t)n);
-            } else if (trans) {
-                for (int64_t q = 0; q < n; q++)
-                    row[q] = block[q * width + r];
-            } else if (map) {
-                memcpy(row, x + (i0 + r) * ld + p0 + p, sizeof(float) * (size_t)n);
+            const float *src = trans || r >= h ? row : x + (i0 + r) * ld + p0 + p;
+            if (!trans && r < h && map) {
+                memcpy(row, src, sizeof(float) * (size_t)n);
                 map(row, n);
-            } else {
-                src = x + (i0 + r) * ld + p0 + p;
+                src = row;
             }
-            for (int64_t q = 0; q < n; q += 16) {
-                __mmask16 in = n - q >= 16 ? 0xffff : (__mmask16)((1u << (n - q)) - 1);
-                __m512i v = _mm512_srli_epi32(bf16_round16(_mm512_maskz_loadu_ps(in, src + q)), 16);
-                _mm256_mask_storeu_epi16(out + r * kp + p + q, in, _mm512_cvtepi32_epi16(v));
+            /* 32 of K at a time, a whole row of a block: the lanes past n
+             * load as zero, which is the padding on to kp */
+            uint16_t *to = out + p / 32 * 1024 + r * 32;
+            for (int64_t q = 0; q < n; q += 32, to += 1024) {
+                int64_t left = n - q;
+                __mmask16 lo = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+                __mmask16 hi = left >= 32   ? 0xffff
+                               : left > 16 ? (__mmask16)((1u << (left - 16)) - 1)
+                                           : 0;
+                __m512 v0 = _mm512_setzero_ps(), v1 = _mm512_setzero_ps();
+                if (r < h && trans) { /* column r of the block */
+                    __m512i at = _mm512_add_epi32(down, _mm512_set1_epi32((int)(q * width)));
+                    v0 = _mm512_mask_i32gather_ps(v0, lo, at, block + r, 4);
+                    at = _mm512_add_epi32(at, _mm512_set1_epi32(16 * width));
+                    v1 = _mm512_mask_i32gather_ps(v1, hi, at, block + r, 4);
+                } else if (r < h) {
+                    v0 = _mm512_maskz_loadu_ps(lo, src + q);
+                    v1 = _mm512_maskz_loadu_ps(hi, src + q + 16);
+                }
+                _mm512_storeu_si512(to, _mm512_permutex2var_epi16(bf16_round16(v0), upper,
+                                                                  bf16_round16(v1)));
             }
         }
     }
-    for (int r = 0; r < width; r++)
-        memset(out + r * kp + kc, 0, sizeof(uint16_t) * (size_t)(kp - kc));
 }
 
 /* tg__pack_bf16_fn for op(B)'s 32-column panels: pack_pairs' [kc/2][32]
@@ -488,7 +509,11 @@ BF16_TARGET static void pack_amx_b(bool trans, const float *x, int64_t ld, int64
  * packed by pack_amx_a and pack_amx_b. C goes straight from the tiles to
  * memory when alpha is 1 and beta 0 without a bias (the usual case), and
  * when alpha and beta are 1 (every piece of K after the first), which
- * starts from C's tiles; else through a block on the stack. */
+ * starts from C's tiles; else through a block on the stack. The driver
+ * calls it along the rows of C (rows_outer), so the next call's C is the
+ * 32 columns to the right: its 64 lines are fetched for writing a few per
+ * step of K (the tile stores of a C far out in L3 or memory had stalled
+ * the tiles for 30-60% of the time). */
 AMX_TARGET static void ukr_amx(int64_t kc, const float *pa, const float *pb, float *c,
                                int64_t ldc, float alpha, float beta, const float *bias)
 {
@@ -507,9 +532,13 @@ AMX_TARGET static void ukr_amx(int64_t kc, const float *pa, const float *pb, flo
         _tile_zero(2);
         _tile_zero(3);
     }
-    for (int64_t p = 0; p < kp; p += 32) {
-        _tile_loadd(4, a + 2 * p, 2 * kp);
-        _tile_loadd(5, a + 2 * (16 * kp + p), 2 * kp);
+    const char *next_c = (const char *)(c + 32);
+    int64_t per_step = (64 + kp / 32 - 1) / (kp / 32); /* of the next C's 64 lines */
+    for (int64_t p = 0, line = 0; p < kp; p += 32) {
+        for (int64_t end = line + per_step; line < end && line < 64; line++)
+            _mm_prefetch(next_c + line / 2 * 4 * ldc + line % 2 * 64, _MM_HINT_ET0);
+        _tile_loadd(4, a + 64 * p, 64);
+        _tile_loadd(5, a + 64 * p + 1024, 64);
         _tile_loadd(6, b + 64 * p, 128);
         _tile_loadd(7, b + 64 * p + 64, 128);
         _tile_dpbf16ps(0, 4, 6);
@@ -564,19 +593,28 @@ static const struct tg__ukr_f64 avx2_f64 = {
  * panels. */
 static const struct tg__ukr_bf16 avx512_dpbf16 = {
     14, 32, 168, 512, 3072, ukr_dpbf16_14, pack_pairs, pack_pairs, pack_pair_rows, 2, NULL, NULL,
-    {4, 7, 10}, {ukr_dpbf16_4, ukr_dpbf16_7, ukr_dpbf16_10}};
+    {4, 7, 10}, {ukr_dpbf16_4, ukr_dpbf16_7, ukr_dpbf16_10}, false};
 static const struct tg__ukr_bf16 avx512_converting = {
     14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rounded, pack_rounded, NULL, 1, NULL, NULL,
-    {4, 7, 10}, {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}};
+    {4, 7, 10}, {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}, false};
 static const struct tg__ukr_bf16 avx2_converting = {
     6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rounded, pack_rounded, NULL, 1, NULL, NULL,
-    {0}, {NULL}};
+    {0}, {NULL}, false};
 
-/* AMX: 32 x 32 tiles of C; a 512-deep panel of B (32 KiB) stays in L1
- * while a block of 192 rows of A streams from L2. */
+/* AMX: 32 x 32 tiles of C, which stay in the tiles for up to 2048 of K
+ * (the driver's slice): C then leaves the tiles once per slice. Its
+ * round trips cost more than the tile loads' misses in L1 that so deep a
+ * panel of A or B brings (each 128 KiB, from L2): paired runs on one core,
+ * 1024^3 at 777 GFLOP/s against 636 with 512-deep pieces, 2048x384x1536
+ * 692 against 557 (medians); on two threads 1024^3 best 1307 against 1008,
+ * and 256 or 384 deep ran 10-25% slower still. A block of 192 rows of A
+ * (768 KiB) stays in L2. The tiles go along the rows of C (rows_outer):
+ * C is then written as 32 streams front to back, and a panel of A up to
+ * 384 deep (24 KiB) stays in L1 for the whole row; down the panels of B
+ * instead, 2048x1152x384 and 2048x1536x384 ran at 0.3-0.5 of that speed. */
 static const struct tg__ukr_bf16 amx_bf16 = {
-    32, 32, 192, 512, 3072, ukr_amx, pack_amx_a, pack_amx_b, pack_pair_rows, 32, amx_begin, amx_end,
-    {0}, {NULL}};
+    32, 32, 192, 2048, 3072, ukr_amx, pack_amx_a, pack_amx_b, pack_pair_rows, 32, amx_begin, amx_end,
+    {0}, {NULL}, true};
 
 bool tg__gemm_has_amx(void)
 {

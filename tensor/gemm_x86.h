@@ -90,6 +90,10 @@ struct tg__ukr_bf16 {
     void (*begin)(void), (*end)(void);
     int short_rows[TG_UKR_SHORT];
     tg__ukr_f32_fn short_fn[TG_UKR_SHORT];
+    /* the driver's order over a chunk of C: tiles along its rows, one
+     * panel of A reused by every panel of B, rather than down each panel
+     * of B */
+    bool rows_outer;
 };
 
 /* gemm.c's choices, for gemm_bf16.c: whether the built-in float32 GEMM

@@ -161,15 +161,17 @@ static void check_bf16(int64_t m, int64_t n, int64_t k, bool ta, bool tb, float 
 
 /* Shape classes: tiny, thin (1-4 rows), narrow, a long reduction, odd k,
  * short last tiles in M, N and K past the packed kernels' blocks (14 x 32
- * and AMX's 32 x 32 tiles, 512-deep pieces: a last piece of 1 or 7, which
- * AMX leaves to the vector kernels, of 20 or 76, which it pads to 32 or
- * 96), more columns than one packed slice, C summed over pieces, and a
- * thin product whose operands are rounded in three blocks of K. */
+ * and AMX's 32 x 32 tiles; the vector kernels' 512-deep pieces, AMX's
+ * 2048-deep ones: a last piece of 1 or 7, which AMX leaves to the vector
+ * kernels, of 20 or 76, which it pads to 32 or 96, and the 32 x 32 blocks
+ * of K its panels of A are made of, short in K: 1031, 1100), more columns
+ * than one packed slice, C summed over pieces, and a thin product whose
+ * operands are rounded in three blocks of K. */
 static const int64_t shapes[][3] = {
-    {1, 1, 1},      {3, 5, 7},       {2, 100, 37},   {4, 33, 65},    {17, 9, 3},
-    {64, 64, 64},   {700, 30, 50},   {32, 32, 700},  {47, 71, 513},  {129, 65, 1031},
+    {1, 1, 1},      {3, 5, 7},       {2, 100, 37},   {4, 33, 65},     {17, 9, 3},
+    {64, 64, 64},   {700, 30, 50},   {32, 32, 700},  {47, 71, 513},   {129, 65, 1031},
     {15, 33, 2},    {200, 96, 257},  {30, 3100, 20}, {300, 200, 128}, {100, 80, 1100},
-    {65, 97, 2080}, {3, 700, 200},
+    {65, 97, 2080}, {3, 700, 200},   {40, 33, 2055}, {70, 40, 2068},  {33, 66, 4172},
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
@@ -194,7 +196,37 @@ START_TEST(bf16_gemm_applies_alpha_and_beta)
     check_bf16(130, 40, 300, true, false, 2.0f, 1.0f, false);
     check_bf16(3, 200, 100, false, false, 1.5f, -1.0f, false);
     check_bf16(64, 96, 600, false, false, 1.0f, 1.0f, false); /* AMX starts from C's tiles */
+    check_bf16(64, 64, 2100, false, true, 1.0f, 1.0f, false);  /* ... and sums two slices */
     ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
+}
+END_TEST
+
+/* The same bits from one thread and from two: each element of C is summed
+ * in one order whatever the split (rows in blocks, columns in groups, the
+ * pieces of a thread's last chunk shared out, two slices of K). */
+START_TEST(bf16_gemm_gives_the_same_bits_on_one_and_two_threads)
+{
+    enum { M = 700, N = 64, K = 2100 };
+    if (!use_path(_i))
+        return;
+    float *a = malloc(M * K * sizeof *a), *b = malloc(K * N * sizeof *b);
+    float *c1 = malloc(M * N * sizeof *c1), *c2 = malloc(M * N * sizeof *c2);
+    fill(a, M * K, 5), fill(b, K * N, 6);
+    int before = tg_num_threads();
+    for (int tb = 0; tb < 2; tb++) {
+        ck_assert_int_eq(tg_set_num_threads(1), 0);
+        ck_assert_int_eq(tg__sgemm_bf16(false, tb, M, N, K, 1.0f, a, K, b, tb ? K : N, 0.0f, c1,
+                                        N), 0);
+        ck_assert_int_eq(tg_set_num_threads(2), 0);
+        ck_assert_int_eq(tg__sgemm_bf16(false, tb, M, N, K, 1.0f, a, K, b, tb ? K : N, 0.0f, c2,
+                                        N), 0);
+        for (int i = 0; i < M * N; i++)
+            ck_assert_msg(bits_of(c1[i]) == bits_of(c2[i]), "tb=%d (%d,%d): %.9g vs %.9g", tb,
+                          i / N, i % N, c1[i], c2[i]);
+    }
+    ck_assert_int_eq(tg_set_num_threads(before), 0);
+    ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
+    free(a), free(b), free(c1), free(c2);
 }
 END_TEST
 
@@ -309,6 +341,7 @@ int main(void)
     tcase_add_loop_test(gemm, bf16_gemm_matches_float64_of_rounded_operands, 0,
                         N_PATHS * N_SHAPES);
     tcase_add_loop_test(gemm, bf16_gemm_applies_alpha_and_beta, 0, N_PATHS);
+    tcase_add_loop_test(gemm, bf16_gemm_gives_the_same_bits_on_one_and_two_threads, 0, N_PATHS);
     tcase_add_test(gemm, gemm_p_sends_bf16_float32_products_to_the_bf16_kernels);
     tcase_add_test(gemm, bf16_path_choice_follows_the_cpu_and_the_environment);
     tcase_add_loop_test(gemm, bf16_bias_gemm_adds_the_bias_row_and_maps_a_before_rounding, 0,
