@@ -14,6 +14,7 @@
 #include "kernels.h"
 #include "layer_norm.h"
 #include "layer_norm_kernels.h"
+#include "saved_bf16.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -140,12 +141,15 @@ int tg__affine_grads(tg_node *n, int wi, const tg_tensor *gy, const tg_tensor *x
     return 0;
 }
 
-/* saved: none; the inputs (x, weight, bias) are read from the node. x's
- * gradient is added into the one the engine holds for it when there is one
- * (x feeding several layers, as q, k and v read one input). */
+/* saved[0]: x in bfloat16 when tg__save_bf16_operand kept it so (x's one
+ * use here is dw's bf16 product), else nothing and x is read from the
+ * node with the weight and bias. x's gradient is added into the one the
+ * engine holds for it when there is one (x feeding several layers, as q, k
+ * and v read one input). */
 static int affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 {
-    tg_tensor *xc = tg__contiguous(n->inputs[0]), *dx = NULL;
+    tg_tensor *x = tg__saved_operand(n, 0, 0), *xc = x ? tg__contiguous(x) : NULL, *dx = NULL;
+    tg_release(x);
     tg_tensor *into = n->needs[0] ? tg__grad_owned(n, 0) : NULL;
     int rc = xc ? tg__affine_grads(n, 1, g, xc, n->needs[0], into, &dx, grads) : -1;
     tg_release(xc);
@@ -216,8 +220,11 @@ tg_tensor *tg_affine(const tg_tensor *x, const tg_tensor *weight, const tg_tenso
     tg_tensor *xc = tg__contiguous(x);
     tg_tensor *y = xc ? product(xc, weight, bias, -1) : NULL;
     tg_release(xc);
-    return tg__finish(y, TG_OP_AFFINE, affine_backward, 3,
-                      (const tg_tensor *[]){x, weight, bias}, NULL);
+    tg_node *node;
+    y = tg__finish(y, TG_OP_AFFINE, affine_backward, 3, (const tg_tensor *[]){x, weight, bias},
+                   &node);
+    tg__save_bf16_operand(node, 0, 0);
+    return y;
 }
 
 /* ---- the affine map of a GELU ------------------------------------------- */

@@ -4,6 +4,7 @@
  * tensor/matmul_kernels.c. */
 #include "graph.h"
 #include "matmul_kernels.h"
+#include "saved_bf16.h"
 
 #include <string.h>
 
@@ -105,23 +106,27 @@ static tg_tensor *stacked_weight_grad(const tg_tensor *am, const tg_tensor *gm)
  * back to the operand's); a 1-D operand's added dim is dropped again. */
 static int matmul_backward(tg_node *node, const tg_tensor *g, tg_tensor **grads)
 {
-    const tg_tensor *a = node->inputs[0], *b = node->inputs[1];
-    bool a_vec = node->iargs[0], b_vec = node->iargs[1];
+    /* Each operand is read only for the other's gradient, a product at the
+     * forward's precision: in bfloat16 in saved[0] and saved[1] when
+     * tg__save_bf16_operand kept them so. */
+    const tg_tensor *a = node->needs[1] ? tg__ret(tg__saved_operand(node, 0, 0)) : NULL;
+    const tg_tensor *b = node->needs[0] ? tg__ret(tg__saved_operand(node, 1, 1)) : NULL;
+    bool a_vec = node->iargs[0], b_vec = node->iargs[1], b_2d = node->inputs[1]->ndim <= 2;
     int nb = node->out_ndim - !a_vec - !b_vec;
-    tg_tensor *gm = as_matrices(g, nb, !a_vec, !b_vec);                    /* [.., m, n] */
-    tg_tensor *am = as_matrices(a, a_vec ? 0 : a->ndim - 2, !a_vec, true); /* [.., m, k] */
-    tg_tensor *bm = as_matrices(b, b_vec ? 0 : b->ndim - 2, true, !b_vec); /* [.., k, n] */
-    if (!gm || !am || !bm)
+    tg_tensor *gm = as_matrices(g, nb, !a_vec, !b_vec); /* [.., m, n] */
+    if (!gm || (node->needs[1] && !a) || (node->needs[0] && !b))
         return -1;
     if (node->needs[0]) {
+        tg_tensor *bm = as_matrices(b, b_vec ? 0 : b->ndim - 2, true, !b_vec); /* [.., k, n] */
         tg_tensor *ga = tg_matmul(gm, tg_transpose(bm, -2, -1)); /* [batch.., m, k] */
         grads[0] = a_vec ? drop_dim(ga, ga ? ga->ndim - 2 : 0) : ga;
         if (!grads[0])
             return -1;
     }
     if (node->needs[1]) {
-        tg_tensor *gb = b->ndim <= 2 && nb > 0 ? stacked_weight_grad(am, gm)
-                                               : tg_matmul(tg_transpose(am, -2, -1), gm);
+        tg_tensor *am = as_matrices(a, a_vec ? 0 : a->ndim - 2, !a_vec, true); /* [.., m, k] */
+        tg_tensor *gb = b_2d && nb > 0 ? stacked_weight_grad(am, gm)
+                                      : tg_matmul(tg_transpose(am, -2, -1), gm);
         grads[1] = b_vec ? drop_dim(gb, gb ? gb->ndim - 1 : 0) : gb; /* [batch.., k, n] */
         if (!grads[1])
             return -1;
@@ -148,5 +153,7 @@ tg_tensor *tg_matmul(const tg_tensor *a, const tg_tensor *b)
         node->iargs[0] = a->ndim == 1;
         node->iargs[1] = b->ndim == 1;
     }
+    tg__save_bf16_operand(node, 0, 0);
+    tg__save_bf16_operand(node, 1, 1);
     return out;
 }

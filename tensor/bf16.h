@@ -33,4 +33,9 @@ static inline float tg__f32_from_bf16(uint16_t h)
 /* x <- float32(bfloat16(x)) for n floats, in place (n <= 0: nothing). */
 void tg__bf16_round_f32(float *x, int64_t n);
 
+/* dst[i] = bfloat16(src[i]), rounded as tg__bf16_from_f32, and back:
+ * dst[i] = the float32 holding src[i]; n floats (n <= 0: nothing). */
+void tg__bf16_from_f32_n(uint16_t *dst, const float *src, int64_t n);
+void tg__f32_from_bf16_n(float *dst, const uint16_t *src, int64_t n);
+
 #endif

@@ -60,6 +60,7 @@ void tg__quarantine(tg_tensor *t, const tg__site *site)
     t->offset = 0;
     t->grad = NULL;
     t->node = NULL;
+    t->bf16_copy = NULL;
     t->requires_grad = false;
     tg_tensor *evicted = NULL;
     ring_lock();

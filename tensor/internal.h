@@ -66,6 +66,10 @@ struct tg_tensor {
     void (*grad_hook)(tg_tensor *leaf, void *user);
     void *grad_hook_user;
     int64_t grad_pending;
+    /* A bfloat16 copy of this tensor's values that graph nodes keep for
+     * their bf16 backward products (autograd/saved_bf16.c), retained, so
+     * that every op reading it shares one copy; NULL when none was made. */
+    tg_tensor *bf16_copy;
 };
 
 /* ---- errors ------------------------------------------------------------ */

@@ -515,6 +515,7 @@ void tg__release_at_site(tg_tensor *t, const tg__site *site)
         return;
     tg__owner_release(t->node);
     tg_release(t->grad);
+    tg_release(t->bf16_copy);
     if (t->storage && --t->storage->refcount == 0) /* a husk has none */
         storage_free(t->storage);
     atomic_fetch_sub(&live_tensors, 1);
