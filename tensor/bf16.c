@@ -1,5 +1,6 @@
-/* Rounding float32 arrays to bfloat16 precision in place (bf16.h), the
- * loop written so the compiler turns it into integer vector code. */
+/* Rounding float32 arrays to bfloat16 precision, in place or into
+ * bfloat16 arrays (bf16.h), the loops written so the compiler turns them
+ * into integer vector code. */
 #include "bf16.h"
 
 /* f32(bf16(u)) on the bits, branch-free: a NaN keeps its upper half, made
@@ -19,5 +20,14 @@ void tg__bf16_round_f32(float *x, int64_t n)
         memcpy(&u, x + i, sizeof u);
         u = round_bits(u);
         memcpy(x + i, &u, sizeof u);
+    }
+}
+
+void tg__bf16_from_f32_n(uint16_t *out, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        out[i] = (uint16_t)(round_bits(u) >> 16);
     }
 }

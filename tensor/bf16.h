@@ -30,6 +30,9 @@ static inline float tg__f32_from_bf16(uint16_t h)
     return x;
 }
 
+/* out[i] = tg__bf16_from_f32(x[i]) for n floats (n <= 0: nothing). */
+void tg__bf16_from_f32_n(uint16_t *out, const float *x, int64_t n);
+
 /* x <- float32(bfloat16(x)) for n floats, in place (n <= 0: nothing). */
 void tg__bf16_round_f32(float *x, int64_t n);
 
