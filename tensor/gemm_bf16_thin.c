@@ -44,15 +44,14 @@ typedef float f32x16 __attribute__((vector_size(64)));
 typedef uint32_t u32x16 __attribute__((vector_size(64)));
 typedef uint16_t u16x16 __attribute__((vector_size(32)));
 
-/* 16 bfloat16 from p as float32: each shifted into the upper half. */
-static inline f32x16 widen16(const uint16_t *p)
+/* *f = the 16 bfloat16 at p as float32, each shifted into the upper half
+ * (through a pointer: a vector returned by value changes the ABI). */
+static inline __attribute__((always_inline)) void widen16(f32x16 *f, const uint16_t *p)
 {
     u16x16 h;
     memcpy(&h, p, sizeof h);
     u32x16 u = __builtin_convertvector(h, u32x16) << 16;
-    f32x16 f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    memcpy(f, &u, sizeof *f);
 }
 
 static float dot_portable(const float *x, const uint16_t *w, int64_t k)
@@ -60,9 +59,10 @@ static float dot_portable(const float *x, const uint16_t *w, int64_t k)
     f32x16 acc = {0};
     int64_t p = 0;
     for (; p + 16 <= k; p += 16) {
-        f32x16 xv;
+        f32x16 xv, wv;
         memcpy(&xv, x + p, sizeof xv);
-        acc += xv * widen16(w + p);
+        widen16(&wv, w + p);
+        acc += xv * wv;
     }
     float s = 0;
     for (int l = 0; l < 16; l++)
@@ -271,26 +271,22 @@ static bool path_available(enum tg__bf16_thin_path path)
     return path == TG_BF16_THIN_PORTABLE;
 }
 
-/* -2 until first asked. The widening kernel by default: see the README's
- * Mixed precision section for the two measured against each other. */
-static _Atomic int thin_path = -2;
+/* -1 (AUTO) unless forced: the widening kernel where the AVX-512 GEMM
+ * kernels run, asked on each product so that it follows a forced ISA (the
+ * README's Mixed precision section has it measured against vdpbf16ps). */
+static _Atomic int thin_path = TG_BF16_THIN_AUTO;
 
 enum tg__bf16_thin_path tg__bf16_thin_in_use(void)
 {
     int p = thin_path;
-    if (p == -2)
-        thin_path = p = path_available(TG_BF16_THIN_WIDEN) ? TG_BF16_THIN_WIDEN
-                                                           : TG_BF16_THIN_PORTABLE;
-    return (enum tg__bf16_thin_path)p;
+    if (p != TG_BF16_THIN_AUTO)
+        return (enum tg__bf16_thin_path)p;
+    return path_available(TG_BF16_THIN_WIDEN) ? TG_BF16_THIN_WIDEN : TG_BF16_THIN_PORTABLE;
 }
 
 bool tg__bf16_thin_force(enum tg__bf16_thin_path path)
 {
-    if (path == TG_BF16_THIN_AUTO) {
-        thin_path = -2;
-        return true;
-    }
-    if (!path_available(path))
+    if (path != TG_BF16_THIN_AUTO && !path_available(path))
         return false;
     thin_path = path;
     return true;
