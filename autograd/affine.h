@@ -4,6 +4,7 @@
 #ifndef TG_AFFINE_H
 #define TG_AFFINE_H
 
+#include "bf16_weights.h"
 #include "gemm.h"
 #include "graph.h"
 
@@ -16,6 +17,15 @@ static inline int tg__gemm_op(tg_dtype dt, bool trans_a, bool trans_b, int64_t m
 {
     return tg__gemm_p(dt, tg_matmul_precision(), false, trans_a, trans_b, m, n, k, alpha, a, lda,
                       b, ldb, beta, c, ldc);
+}
+
+/* y [m, n] = a [m, k] @ w^T + beta * y for a weight w [n, k], contiguous,
+ * at the thread's matmul precision: a thin bf16 product reads w's cached
+ * bfloat16 copy (tensor/bf16_weights.h). */
+static inline int tg__gemm_weight_op(tg_dtype dt, int64_t m, int64_t n, int64_t k, const void *a,
+                                     const tg_tensor *w, double beta, void *y)
+{
+    return tg__gemm_weight(dt, tg_matmul_precision(), m, n, k, a, k, w, beta, y, n);
 }
 
 /* True when a float32 product runs on bfloat16 operands now: the fused

@@ -193,8 +193,8 @@ static tg_tensor *product(const tg_tensor *xc, const tg_tensor *weight, const tg
         if (rc == 1 && bc)
             tg__fill_rows(yp, tg__ptr(bc), tg_dtype_size(xc->dtype), out, rows);
         if (rc == 1)
-            rc = tg__gemm_op(xc->dtype, false, true, rows, out, in, 1.0,
-                          tg__ptr(a ? a : xc), in, tg__ptr(wc), in, bc ? 1.0 : 0.0, yp, out);
+            rc = tg__gemm_weight_op(xc->dtype, rows, out, in, tg__ptr(a ? a : xc), wc,
+                                    bc ? 1.0 : 0.0, yp);
         tg_release(a);
         if (rc < 0) {
             tg_release(y);

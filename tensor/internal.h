@@ -25,6 +25,9 @@ typedef struct tg_storage {
      * a graph node notes it for what it keeps, and backward refuses data
      * changed since. Views share it, as they share the storage. */
     uint64_t version;
+    /* The bfloat16 copy of data that bf16 precision's thin products read
+     * (bf16_weights.c), made at some version; NULL when there is none. */
+    struct tg__bf16_copy *_Atomic bf16_copy;
 } tg_storage;
 
 /* What a tensor's node points to begins with this: a reference count and
@@ -196,13 +199,21 @@ static inline size_t tg__elem_size(tg_dtype dtype)
 {
     return dtype == TG_BOOL ? 1 : dtype == TG_BFLOAT16 ? 2 : dtype == TG_FLOAT32 ? 4 : 8;
 }
+/* Frees the bfloat16 copy of s (bf16_weights.c) unless a product still
+ * reads it, which then frees it; nothing when s has none. */
+void tg__bf16_copy_drop(tg_storage *s);
+/* The same for every storage: tg_release_cached_memory calls it. */
+void tg__bf16_copies_drop_all(void);
 /* Marks t's storage (and so every view of it) as written in place: call it
  * wherever the library writes into a tensor the user holds or hands out
  * mutable access to one, never for outputs it is still filling. */
 static inline void tg__bump_version(const tg_tensor *t)
 {
-    if (t && t->storage)
+    if (t && t->storage) {
         t->storage->version++;
+        if (t->storage->bf16_copy) /* stale now: its memory goes at once */
+            tg__bf16_copy_drop(t->storage);
+    }
 }
 /* The version of t's storage; 0 for a husk, which has none. */
 static inline uint64_t tg__version(const tg_tensor *t)

@@ -153,6 +153,7 @@ static bool cache_put(tg_storage *s)
 
 void tg_release_cached_memory(void)
 {
+    tg__bf16_copies_drop_all();
     cache_lock();
     for (int c = 0; c < CACHE_CLASSES; c++) {
         while (cache_bins[c]) {
@@ -274,6 +275,8 @@ static tg_storage *storage_new(size_t nbytes, bool zero)
 
 static void storage_free(tg_storage *s)
 {
+    if (s->bf16_copy)
+        tg__bf16_copy_drop(s);
     if (cache_put(s))
         return;
     if (s->free_fn)

@@ -62,7 +62,12 @@ typedef enum {
  * Everything else (float64, norms, softmax, losses, the fused attention's
  * tile products, optimizers) is unaffected. Per thread, like grad mode;
  * the graph records the setting with each op, so backward uses the
- * forward's whatever the setting is when it runs. Returns the previous
+ * forward's whatever the setting is when it runs. A forward product of
+ * the affine ops with 1-4 rows (generating a token) keeps a bfloat16 copy
+ * of its weight's storage and reads that on later calls, until a write
+ * the library sees (tg_data, tg_copy_from, an optimizer step...) or the
+ * storage's end frees it; tg_release_cached_memory frees them all.
+ * Returns the previous
  * setting; an unknown value is TG_ERR_VALUE and changes nothing:
  *   tg_precision was = tg_set_matmul_precision(TG_PRECISION_BF16);
  *   ... forward, backward ...; tg_set_matmul_precision(was); */
@@ -159,7 +164,10 @@ TG_API void tg_set_allocator(tg_alloc_fn alloc, tg_free_fn free, void *user);
  * of up to half its size when none of the request's own size waits, so
  * that a training step that repeats allocates nothing once warmed up. A hook
  * set with tg_set_allocator bypasses this cache. This frees what it holds
- * (it also empties itself when malloc fails). Thread-safe. */
+ * (it also empties itself when malloc fails), and also the bfloat16 copies
+ * of weights that bf16 matmul precision keeps for generation (see
+ * tg_set_matmul_precision), which the next such product makes again.
+ * Thread-safe. */
 TG_API void tg_release_cached_memory(void);
 
 /* ---- scopes -------------------------------------------------------------- */
