@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "testutil.h"
+#include "bf16_testutil.h"
 
 #include <tensorgrad/module.h>
 
@@ -27,19 +28,6 @@ static const enum tg__bf16_thin_path paths[] = {TG_BF16_THIN_PORTABLE, TG_BF16_T
                                                 TG_BF16_THIN_DPBF16};
 #define N_PATHS 3
 
-/* Values in [-1, 1) whose float32 bits go past bfloat16's. */
-static void fill(float *x, size_t n, uint32_t seed)
-{
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = (float)((seed >> 8) & 0xffffff) / (float)0x800000 - 1.0f;
-    }
-}
-
-static double rounded(float x)
-{
-    return tg__f32_from_bf16(tg__bf16_from_f32(x));
-}
 
 /* C = alpha A op(B) + beta C by tg__sgemm_bf16_thin, B given as bfloat16,
  * padded leading dims, against float64 of the rounded operands (float32

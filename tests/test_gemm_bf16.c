@@ -4,6 +4,7 @@
  * rounded operands (float32 accumulation's tolerance) and of the unrounded
  * ones (bfloat16's). */
 #include "testutil.h"
+#include "bf16_testutil.h"
 
 #include "bf16.h"
 #include "gemm.h"
@@ -96,20 +97,6 @@ static bool use_path(int i)
     return tg__gemm_bf16_force(paths[i]);
 }
 
-/* Operand values in [-1, 1) whose float32 bits go past bfloat16's: the
- * rounding matters. */
-static void fill(float *x, size_t n, uint32_t seed)
-{
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = (float)((seed >> 8) & 0xffffff) / (float)0x800000 - 1.0f;
-    }
-}
-
-static double rounded(float x)
-{
-    return tg__f32_from_bf16(tg__bf16_from_f32(x));
-}
 
 /* C = alpha op(A) op(B) + beta C through f (tg__sgemm_bf16 or tg__gemm_p
  * at bf16), padded leading dims, checked against float64 of the rounded
