@@ -17,7 +17,7 @@ typedef struct tg_node tg_node;
  * the engine. Returns 0, or -1 on error. */
 typedef int (*tg_backward_fn)(tg_node *node, const tg_tensor *grad, tg_tensor **grads);
 
-#define TG_NODE_SAVED 4
+#define TG_NODE_SAVED 7
 #define TG_NODE_ARGS 4
 #define TG_NODE_IARGS (2 * TG_MAX_DIMS)
 

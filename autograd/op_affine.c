@@ -309,34 +309,37 @@ static int gelu_affine_whole(tg_node *n, const tg_tensor *hc, const tg_tensor *g
     return rc;
 }
 
-/* saved: none; iargs[0]: the GELU kind. GELU(h) is computed again here
- * rather than kept since the forward: that is the point of the op. Float32
- * with every gradient wanted goes all at once (gelu_affine_whole); otherwise
- * GELU(h) is made a block of rows at a time, each block's dh beside it, so
+/* saved[0]: h in bfloat16 when tg__save_bf16_rounded kept it so, else
+ * nothing and h is read from the node; iargs[0]: the GELU kind. GELU(h) is
+ * computed again here rather than kept since the forward: that is the point
+ * of the op. Float32 with every gradient wanted goes all at once
+ * (gelu_affine_whole); otherwise GELU(h) is made a block of rows at a time
+ * (a kept h widened a block at a time too), each block's dh beside it, so
  * that backward holds dh alone at h's size rather than also GELU(h). */
 static int gelu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 {
-    const tg_tensor *w = n->inputs[1];
+    const tg_tensor *w = n->inputs[1], *h = n->inputs[0], *h16 = tg__saved_bf16(n, 0);
     tg_dtype dt = g->dtype;
     size_t es = tg_dtype_size(dt);
-    int64_t out = w->shape[0], in = w->shape[1];
-    tg_tensor *hc = tg__contiguous(n->inputs[0]), *gc = tg__contiguous(g);
+    int64_t out = w->shape[0], in = w->shape[1], rows = tg__numel(h->ndim - 1, h->shape);
+    tg_tensor *hc = h16 ? NULL : tg__contiguous(h), *gc = tg__contiguous(g);
     tg_tensor *wc = n->needs[0] ? tg__contiguous(w) : NULL;
-    tg_tensor *dh = n->needs[0] && hc ? tg__empty_uninit_like(hc) : NULL; /* all written */
-    int64_t rows = hc ? tg__numel(hc->ndim - 1, hc->shape) : 0, step = block_rows(rows, in, es);
+    tg_tensor *dh = n->needs[0] ? tg__empty_uninit(dt, h->ndim, h->shape) : NULL; /* all written */
+    int64_t step = block_rows(rows, in, es);
     /* the first block writes dw; with no rows it is 0 */
     tg_tensor *dw = !n->needs[1] ? NULL
                     : rows   ? tg__empty_uninit_like(w)
                              : tg__empty(dt, 2, w->shape);
-    int rc = hc && gc && (!n->needs[0] || (wc && dh)) && (!n->needs[1] || dw) ? 0 : -1;
-    bool whole = rc == 0 && dt == TG_FLOAT32 && dh && dw && n->needs[2] && rows > 0;
+    int rc = (h16 || hc) && gc && (!n->needs[0] || (wc && dh)) && (!n->needs[1] || dw) ? 0 : -1;
+    bool whole = rc == 0 && hc && dt == TG_FLOAT32 && dh && dw && n->needs[2] && rows > 0;
     if (whole) {
         rc = gelu_affine_whole(n, hc, gc, wc, dh, dw, &grads[2]);
         rows = 0; /* no blocks left, and the bias gradient made */
     }
     for (int64_t r0 = 0; rc == 0 && r0 < rows; r0 += step) {
         int64_t nr = rows - r0 < step ? rows - r0 : step;
-        tg_tensor *hb = row_block(hc, r0, nr, in), *db = dh ? row_block(dh, r0, nr, in) : NULL;
+        tg_tensor *hb = h16 ? tg__widen_rows(h16, r0, nr) : row_block(hc, r0, nr, in);
+        tg_tensor *db = dh ? row_block(dh, r0, nr, in) : NULL;
         const char *gb = (const char *)tg__ptr(gc) + (size_t)(r0 * out) * es;
         rc = hb && (!dh || db)
                  ? gelu_affine_block(n, hb, gb, wc, dw ? tg__ptr(dw) : NULL, db, r0 == 0)
@@ -371,6 +374,7 @@ tg_tensor *tg_gelu_affine(const tg_tensor *h, tg_gelu_kind kind, const tg_tensor
                    (const tg_tensor *[]){h, weight, bias}, &node);
     if (node)
         node->iargs[0] = kind;
+    tg__save_bf16_rounded(node, 0, 0);
     return y;
 }
 

@@ -8,6 +8,7 @@
 #include "attention_tiles.h"
 #include "dropout_mask.h"
 #include "graph.h"
+#include "saved_bf16.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -211,18 +212,21 @@ static int run_forward(attn_plan *p, const tg_tensor *q, const tg_tensor *k, con
 }
 
 /* What the backward needs, on the node of an output out: saved[0] an alias
- * of out, saved[1] the logsumexp lse [nb L] (float64; not filled in when
+ * of out (under bf16, rounded: a bfloat16 copy, tg__rounded_output), saved[1] the logsumexp lse [nb L] (float64; not filled in when
  * the weights are kept), saved[2] the mask or NULL, saved[3] the weights of
  * a short problem (tg__attn_keeps_weights) or NULL, in rows of wld; args[0] the
  * scale, args[1] the dropout probability; iargs[0] the causal rule, iargs[1]
- * the dropout key. */
+ * the dropout key. Under bf16 the inputs may be kept rounded to bfloat16 in
+ * saved[KEPT_INPUTS + i] (tg__save_bf16_rounded), input i then a husk. */
 static void save_for_backward(tg_node *node, const tg_tensor *out, const attn_plan *p,
                               tg_tensor *lse, const tg_tensor *mask, tg_tensor *weights,
                               double dropout_p)
 {
-    tg_tensor *alias = tg__alias(out);
-    tg__save(node, 0, alias);
-    tg_release(alias);
+    tg_tensor *kept = tg__rounded_output(node, (tg_tensor *)out);
+    if (!kept)
+        kept = tg__alias(out);
+    tg__save(node, 0, kept);
+    tg_release(kept);
     tg__save(node, 1, lse);
     tg__save(node, 2, (tg_tensor *)mask);
     tg__save(node, 3, weights);
@@ -230,6 +234,25 @@ static void save_for_backward(tg_node *node, const tg_tensor *out, const attn_pl
     node->args[1] = dropout_p;
     node->iargs[0] = p->causal;
     node->iargs[1] = (int64_t)p->key;
+}
+
+/* The first of the saved slots that hold inputs rounded to bfloat16. */
+enum { KEPT_INPUTS = 4 };
+
+/* Input i of n as the backward reads it: widened from its bfloat16 copy
+ * when the node kept one, else the input itself (a new reference; NULL when
+ * out of memory). */
+static tg_tensor *input_values(const tg_node *n, int i)
+{
+    return tg__saved_operand(n, i, KEPT_INPUTS + i);
+}
+
+/* The output as the backward reads it: saved[0], widened when it holds a
+ * bfloat16 copy (a new reference; NULL when out of memory). */
+static tg_tensor *output_values(const tg_node *n)
+{
+    const tg_tensor *c = tg__saved_bf16(n, 0);
+    return c ? tg__widened(c) : tg_retain(n->saved[0]);
 }
 
 /* p's causal rule, scale and dropout as the node saved them. */
@@ -306,9 +329,14 @@ static int attention_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
     for (int i = 0; i < 3 && ok; i++)
         if (n->needs[i])
             ok = (d[i] = new_result(&p, rows[i], cols[i], i > 0)) != NULL; /* zeroed by batch */
-    ok = ok && run_backward(&p, n, n->inputs[0], n->inputs[1], n->inputs[2], g, n->saved[0],
-                            d) == 0;
+    tg_tensor *x[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3 && ok; i++)
+        ok = (x[i] = input_values(n, i)) != NULL;
+    tg_tensor *o = ok ? output_values(n) : NULL;
+    ok = ok && o && run_backward(&p, n, x[0], x[1], x[2], g, o, d) == 0;
+    tg_release(o);
     for (int i = 0; i < 3; i++) {
+        tg_release(x[i]);
         if (ok)
             grads[i] = tg__ret(d[i]);
         else
@@ -392,6 +420,8 @@ tg_tensor *tg_attention(const tg_tensor *q, const tg_tensor *k, const tg_tensor 
                      &node);
     if (node)
         save_for_backward(node, out, &p, lse, mask, weights, dropout_p);
+    for (int i = 0; i < 3; i++)
+        tg__save_bf16_rounded(node, i, KEPT_INPUTS + i);
     tg_release(lse);
     tg_release(weights);
     return out;
@@ -433,21 +463,25 @@ static int qkvpacked_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
     attn_plan p = saved_plan(n);
     if (!has_saved(n, "tg_attention_qkvpacked"))
         return -1;
-    tg_tensor *qkv = tg__contiguous(n->inputs[0]), *gc = tg__contiguous(g);
+    tg_tensor *kept = input_values(n, 0), *qkv = kept ? tg__contiguous(kept) : NULL;
+    tg_tensor *gc = tg__contiguous(g);
+    tg_release(kept);
     tg_tensor *dqkv = qkv ? tg__empty_uninit_like(qkv) : NULL; /* zeroed by batch */
+    tg_tensor *out = output_values(n); /* [B, T, H E] */
     tg_tensor *x[3] = {NULL, NULL, NULL}, *d[3] = {NULL, NULL, NULL}, *go = NULL, *o = NULL;
-    int rc = qkv && gc && dqkv && split_qkv(qkv, H, x) == 0 && split_qkv(dqkv, H, d) == 0 ? 0 : -1;
+    int rc = qkv && gc && dqkv && out && split_qkv(qkv, H, x) == 0 && split_qkv(dqkv, H, d) == 0
+                 ? 0 : -1;
     if (rc == 0) {
         int64_t E = x[0]->shape[3];
         go = heads_of(gc, H, E, 0);
-        o = heads_of(n->saved[0], H, E, 0);
+        o = heads_of(out, H, E, 0);
         rc = go && o && plan_shapes(&p, x[0], x[1], x[2], NULL) == 0 ? 0 : -1;
     }
     if (rc == 0)
         rc = run_backward(&p, n, x[0], x[1], x[2], go, o, d);
     for (int i = 0; i < 3; i++)
         tg_release(x[i]), tg_release(d[i]);
-    tg_release(qkv), tg_release(gc), tg_release(go), tg_release(o);
+    tg_release(qkv), tg_release(gc), tg_release(go), tg_release(o), tg_release(out);
     if (rc == 0)
         grads[0] = tg__ret(dqkv);
     else
@@ -505,6 +539,7 @@ tg_tensor *tg_attention_qkvpacked(const tg_tensor *qkv, int64_t heads, bool is_c
         save_for_backward(node, out, &p, lse, NULL, weights, dropout_p);
         node->iargs[2] = heads;
     }
+    tg__save_bf16_rounded(node, 0, KEPT_INPUTS);
     tg_release(lse);
     tg_release(weights);
     return out;

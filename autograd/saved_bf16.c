@@ -1,17 +1,19 @@
-/* bfloat16 copies of the operands that an op keeps only to multiply them
- * in a backward bf16 product (the x of dW = dY^T x): such a product rounds
- * each element to bfloat16 as it packs it, and rounding is exact on a value
- * that is already bfloat16, so half the bytes give the same result. */
+/* bfloat16 copies of the inputs that an op keeps for its backward under the
+ * bf16 precision. Those it keeps only to multiply them in a backward bf16
+ * product (the x of dW = dY^T x) cost nothing: such a product rounds each
+ * element to bfloat16 as it packs it, and rounding is exact on a value that
+ * is already bfloat16, so half the bytes give the same result. The others
+ * are rounded, as an autocast's bf16 activations are. */
 #include "saved_bf16.h"
 
 #include "bf16.h"
 
-static TG_TLS bool saving_off;
+static TG_TLS tg__bf16_keeping keeping = TG__KEEP_BF16_ROUNDED;
 
-bool tg__set_bf16_saving(bool on)
+tg__bf16_keeping tg__set_bf16_keeping(tg__bf16_keeping what)
 {
-    bool was = !saving_off;
-    saving_off = !on;
+    tg__bf16_keeping was = keeping;
+    keeping = what;
     return was;
 }
 
@@ -33,11 +35,14 @@ static tg_tensor *copy_of(tg_tensor *x)
     return c;
 }
 
-void tg__save_bf16_operand(tg_node *node, int i, int slot)
+/* Keeps input i of node in saved[slot] as bfloat16 when the setting
+ * reaches at least `least` and the input qualifies. */
+static void keep(tg_node *node, int i, int slot, tg__bf16_keeping least)
 {
     tg_tensor *x = node ? node->inputs[i] : NULL;
-    if (!x || saving_off || node->prec != TG_PRECISION_BF16 || x->dtype != TG_FLOAT32 ||
-        !x->node || !tg_is_contiguous(x))
+    if (!x || keeping < least ||
+        node->prec != TG_PRECISION_BF16 || x->dtype != TG_FLOAT32 || !x->node ||
+        !tg_is_contiguous(x))
         return;
     /* A copy already made, or a tensor that only the caller (its scope)
      * and this node hold: anything else keeps the float32 data alive. */
@@ -61,13 +66,54 @@ void tg__save_bf16_operand(tg_node *node, int i, int slot)
     tg_release(c);
 }
 
-tg_tensor *tg__saved_operand(const tg_node *node, int i, int slot)
+tg_tensor *tg__rounded_output(const tg_node *node, tg_tensor *out)
+{
+    if (!node || !out || keeping < TG__KEEP_BF16_ROUNDED || node->prec != TG_PRECISION_BF16 ||
+        out->dtype != TG_FLOAT32 || !tg_is_contiguous(out))
+        return NULL;
+    bool clean = tg_error_code() == TG_OK;
+    tg_tensor *c = copy_of(out);
+    if (!c && clean) /* out of memory: out itself is kept, nothing is lost */
+        tg_error_clear();
+    tg__take_nomem();
+    return c;
+}
+
+void tg__save_bf16_operand(tg_node *node, int i, int slot)
+{
+    keep(node, i, slot, TG__KEEP_BF16_EXACT);
+}
+
+void tg__save_bf16_rounded(tg_node *node, int i, int slot)
+{
+    keep(node, i, slot, TG__KEEP_BF16_ROUNDED);
+}
+
+const tg_tensor *tg__saved_bf16(const tg_node *node, int slot)
 {
     const tg_tensor *c = node->saved[slot];
-    if (!c || c->dtype != TG_BFLOAT16)
-        return tg_retain(node->inputs[i]);
+    return c && c->dtype == TG_BFLOAT16 ? c : NULL;
+}
+
+tg_tensor *tg__widen_rows(const tg_tensor *c, int64_t r0, int64_t nr)
+{
+    int64_t last = c->ndim ? c->shape[c->ndim - 1] : 1;
+    tg_tensor *x = tg__empty_uninit(TG_FLOAT32, 2, (int64_t[]){nr, last});
+    if (x)
+        tg__f32_from_bf16_n(tg__ptr(x), (const uint16_t *)tg__ptr(c) + r0 * last, nr * last);
+    return x;
+}
+
+tg_tensor *tg__widened(const tg_tensor *c)
+{
     tg_tensor *x = tg__empty_uninit(TG_FLOAT32, c->ndim, c->shape);
     if (x)
         tg__f32_from_bf16_n(tg__ptr(x), tg__ptr(c), tg__numel(c->ndim, c->shape));
     return x;
+}
+
+tg_tensor *tg__saved_operand(const tg_node *node, int i, int slot)
+{
+    const tg_tensor *c = tg__saved_bf16(node, slot);
+    return c ? tg__widened(c) : tg_retain(node->inputs[i]);
 }

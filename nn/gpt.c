@@ -342,16 +342,21 @@ static tg_tensor *attention(const tg_gpt *m, const gpt_block *b, const tg_tensor
     return maybe_dropout(m, tg_linear_forward(b->attn_proj, y), p);
 }
 
-/* x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)) */
+/* x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)). Each branch has a scope of
+ * its own: under bf16 the graph keeps qkv, the attention's output and h in
+ * bfloat16, and their float32 data goes as the branch ends rather than
+ * with the block. */
 static tg_tensor *block_forward(const tg_gpt *m, const gpt_block *b, tg_tensor *x,
                                 kv_cache *cache, int64_t pos0, double p)
 {
-    x = tg_add(x, attention(m, b, x, cache, pos0, p));
+    tg_scope_begin();
+    x = tg_add(x, tg_scope_end_keep(attention(m, b, x, cache, pos0, p)));
+    tg_scope_begin();
     tg_tensor *h = x ? norm_linear(b->ln_2, b->c_fc, x) : NULL; /* [B, T, 4d] */
     /* mlp_proj(gelu(h)) as one op: GELU(h), the widest activation, is not kept */
     tg_tensor *y = h ? tg_gelu_affine(h, TG_GELU_TANH, b->mlp_proj->weight, b->mlp_proj->bias)
                      : NULL;
-    return tg_add(x, maybe_dropout(m, y, p));
+    return tg_add(x, maybe_dropout(m, tg_scope_end_keep(y), p));
 }
 
 /* idx int64 [B, T] at positions pos0.. -> final hidden states [B, T, d]

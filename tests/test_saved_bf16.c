@@ -8,13 +8,14 @@
 #include "graph.h" /* to read what a node kept */
 #include "saved_bf16.h"
 
+#include <math.h>
 #include <string.h>
 
 #define BEGIN tg_scope_begin()
 #define END                                                                   \
     do {                                                                      \
         tg_set_matmul_precision(TG_PRECISION_FLOAT32);                        \
-        tg__set_bf16_saving(true);                                            \
+        tg__set_bf16_keeping(TG__KEEP_BF16_ROUNDED);                          \
         ck_assert_int_eq(tg_scope_end(), 0);                                  \
     } while (0)
 
@@ -52,7 +53,7 @@ START_TEST(affine_keeps_an_input_it_alone_reads_as_bf16_under_bf16_only)
     for (int prec = 0; prec < 2; prec++)
         for (int on = 0; on < 2; on++) {
             tg_set_matmul_precision(prec ? TG_PRECISION_BF16 : TG_PRECISION_FLOAT32);
-            tg__set_bf16_saving(on);
+            tg__set_bf16_keeping(on ? TG__KEEP_BF16_EXACT : TG__KEEP_FLOAT32);
             tg_tensor *h = tg_relu(tg_affine(x, w, NULL)); /* relu keeps its input, not h */
             tg_tensor *y = tg_affine(h, tg_transpose(w, 0, 1), NULL);
             ck_assert_msg(kept_bf16(y, 0, 0) == (prec && on), "precision %d, saving %d", prec,
@@ -160,7 +161,7 @@ static size_t mlp_graph_bytes(bool saving, uint32_t *dx, int64_t n)
     tg_tensor *x = param(rng, 2, SHAPE(64, 32)), *w1 = param(rng, 2, SHAPE(48, 32));
     tg_tensor *w2 = param(rng, 2, SHAPE(32, 48));
     tg_set_matmul_precision(TG_PRECISION_BF16);
-    tg__set_bf16_saving(saving);
+    tg__set_bf16_keeping(saving ? TG__KEEP_BF16_EXACT : TG__KEEP_FLOAT32);
     tg_set_allocator(counting_alloc, counting_free, NULL);
     size_t before = live_bytes;
     tg_scope_begin();
@@ -232,7 +233,7 @@ static snapshot train(void *model, loss_fn loss_of, tg_params *ps, int64_t vocab
     ck_assert_ptr_nonnull(opt);
     snapshot s = {0};
     tg_set_matmul_precision(TG_PRECISION_BF16);
-    tg__set_bf16_saving(saving);
+    tg__set_bf16_keeping(saving ? TG__KEEP_BF16_EXACT : TG__KEEP_FLOAT32);
     for (int step = 0; step < 3; step++) {
         tg_scope_begin();
         tg_tensor *loss = loss_of(model, idx, targets);
@@ -381,6 +382,118 @@ START_TEST(mlp_training_under_bf16_is_the_same_bits_with_bf16_saving)
 }
 END_TEST
 
+/* ---- inputs kept rounded ---------------------------------------------------------- */
+
+START_TEST(gelu_and_attention_keep_their_inputs_rounded_when_rounding_is_on)
+{
+    BEGIN;
+    tg_rng *rng = tg_rng_new(10);
+    tg_tensor *x = param(rng, 3, SHAPE(2, 6, 8)), *w = param(rng, 2, SHAPE(16, 8));
+    tg_tensor *w2 = param(rng, 2, SHAPE(8, 16)), *wqkv = param(rng, 2, SHAPE(24, 8));
+    tg_tensor *wo = param(rng, 2, SHAPE(8, 8));
+    tg_tensor *t = param(rng, 4, SHAPE(2, 2, 6, 4));
+    for (int run = 0; run < 3; run++) {
+        /* float32 precision, bf16 keeping exact values only, bf16 rounding */
+        bool rounded = run == 2;
+        tg_set_matmul_precision(run ? TG_PRECISION_BF16 : TG_PRECISION_FLOAT32);
+        tg__set_bf16_keeping(run == 1 ? TG__KEEP_BF16_EXACT : TG__KEEP_BF16_ROUNDED);
+        tg_tensor *y = tg_gelu_affine(tg_affine(x, w, NULL), TG_GELU_TANH, w2, NULL);
+        ck_assert_msg(kept_bf16(y, 0, 0) == rounded, "gelu_affine, run %d", run);
+        tg_tensor *o = tg_attention_qkvpacked(tg_affine(x, wqkv, NULL), 2, true, 0, 0, NULL);
+        ck_assert_msg(kept_bf16(o, 0, 4) == rounded, "qkvpacked, run %d", run);
+        /* its output rounded for the softmax's gradient: the output
+         * projection's bf16 product shares that copy, exact for it */
+        const tg_tensor *o_kept = node_of(o)->saved[0];
+        ck_assert_msg((o_kept->dtype == TG_BFLOAT16) == rounded, "qkvpacked output, run %d", run);
+        tg_tensor *proj = tg_affine(o, wo, NULL);
+        ck_assert_msg(kept_bf16(proj, 0, 0) == rounded, "output projection, run %d", run);
+        if (rounded)
+            ck_assert_ptr_eq(node_of(proj)->saved[0], o_kept);
+        /* q and k made by ops, v a leaf: only the first two go */
+        tg_tensor *a = tg_attention(tg_mul_scalar(t, 1.0), tg_mul_scalar(t, 0.5), t, NULL, true,
+                                    0, 0, NULL);
+        ck_assert_msg(kept_bf16(a, 0, 4) == rounded && kept_bf16(a, 1, 5) == rounded &&
+                          !kept_bf16(a, 2, 6),
+                      "attention, run %d", run);
+    }
+    tg_rng_free(rng);
+    END;
+}
+END_TEST
+
+/* One forward and backward of a GPT under bf16 at a keeping: the storage
+ * bytes its graph holds after the forward (its scope closed), and every
+ * gradient. */
+static size_t gpt_step(tg__bf16_keeping keeping, snapshot *grads)
+{
+    enum { B = 2, T = 16 };
+    tg_gpt_config c = {.vocab_size = 50, .block_size = T, .n_layer = 2, .n_head = 4,
+                       .n_embd = 64};
+    int64_t ids[B * T], tgt[B * T];
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (i * 7 + 3) % c.vocab_size;
+        tgt[i] = (i * 5 + 1) % c.vocab_size;
+    }
+    tg_rng *rng = tg_rng_new(11);
+    tg_gpt *m = tg_gpt_new(&c, TG_FLOAT32, rng);
+    tg_params ps = {0};
+    ck_assert_int_eq(tg_gpt_params(m, &ps), 0);
+    tg_tensor *idx = tg_from_data(TG_INT64, 2, SHAPE(B, T), ids);
+    tg_tensor *targets = tg_from_data(TG_INT64, 2, SHAPE(B, T), tgt);
+    tg_set_matmul_precision(TG_PRECISION_BF16);
+    tg__set_bf16_keeping(keeping);
+    tg_set_allocator(counting_alloc, counting_free, NULL);
+    size_t before = live_bytes;
+    tg_scope_begin();
+    tg_tensor *loss = NULL;
+    tg_gpt_forward(m, idx, targets, &loss);
+    tg_retain(loss);
+    tg_scope_end();
+    size_t held = live_bytes - before;
+    tg_set_allocator(NULL, NULL, NULL);
+    ck_assert_int_eq(tg_backward(loss, NULL), 0);
+    *grads = (snapshot){0};
+    for (int k = 0; k < ps.count; k++)
+        take(grads, tg_grad(ps.tensors[k]));
+    tg_release(loss);
+    tg_release(idx);
+    tg_release(targets);
+    tg_params_clear(&ps);
+    tg_gpt_free(m);
+    tg_rng_free(rng);
+    return held;
+}
+
+START_TEST(rounding_frees_half_of_gelu_and_attention_and_moves_gradients_less_than_bf16)
+{
+    BEGIN;
+    snapshot exact, rounded;
+    size_t held_exact = gpt_step(TG__KEEP_BF16_EXACT, &exact);
+    size_t held_rounded = gpt_step(TG__KEEP_BF16_ROUNDED, &rounded);
+    /* per block GELU's input [2, 16, 256], qkv [2, 16, 192] and the
+     * attention's output [2, 16, 64]: 2 bytes an element fewer each */
+    ck_assert_uint_eq(held_exact - held_rounded, 2 * (2 * 16 * (256 + 192 + 64)) * 2);
+    /* the gradients move, but by less than a bf16 product's rounding moves
+     * them (test_precision: within 2% of float32's) */
+    ck_assert_int_eq(exact.n, rounded.n);
+    double num = 0, den = 0;
+    int64_t differ = 0;
+    for (int64_t i = 0; i < exact.n; i++) {
+        float e, r;
+        memcpy(&e, &exact.bits[i], sizeof e);
+        memcpy(&r, &rounded.bits[i], sizeof r);
+        num += ((double)r - e) * ((double)r - e);
+        den += (double)e * e;
+        differ += exact.bits[i] != rounded.bits[i];
+    }
+    ck_assert_msg(differ > 0, "rounded inputs left every gradient as it was");
+    ck_assert_msg(sqrt(num / den) < 5e-3, "relative L2 error %g", sqrt(num / den));
+    snapshot_free(&exact);
+    snapshot_free(&rounded);
+    END;
+}
+END_TEST
+
 static Suite *saved_bf16_suite(void)
 {
     Suite *s = suite_create("saved_bf16");
@@ -394,6 +507,8 @@ static Suite *saved_bf16_suite(void)
     tcase_add_test(tc, gpt_training_under_bf16_is_the_same_bits_with_bf16_saving);
     tcase_add_test(tc, llama_training_under_bf16_is_the_same_bits_with_bf16_saving);
     tcase_add_test(tc, mlp_training_under_bf16_is_the_same_bits_with_bf16_saving);
+    tcase_add_test(tc, gelu_and_attention_keep_their_inputs_rounded_when_rounding_is_on);
+    tcase_add_test(tc, rounding_frees_half_of_gelu_and_attention_and_moves_gradients_less_than_bf16);
     suite_add_tcase(s, tc);
     return s;
 }
