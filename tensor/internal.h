@@ -165,8 +165,18 @@ tg_tensor *tg__ret(tg_tensor *t);
 void *tg__small_alloc(size_t size);
 void tg__small_free(void *p, size_t size);
 
+/* A new storage of nbytes (> 0), zero-filled when zero is set, from the
+ * cache of released buffers or the current allocator (storage.c); NULL
+ * when memory runs out. tg__storage_free sends one back to the cache or
+ * to where it came from. */
+tg_storage *tg__storage_new(size_t nbytes, bool zero);
+void tg__storage_free(tg_storage *s);
+/* The storage cache's account, in bytes: the cacheable buffers in use, the
+ * most ever in use at once, and those waiting in the cache. For tests. */
+void tg__storage_cache_bytes(size_t *in_use, size_t *high_mark, size_t *cached);
+
 /* A new contiguous tensor, zero-filled. NULL with TG_ERR_NOMEM on failure.
- * Storage comes from a cache of freed buffers when one fits (tensor.c). */
+ * Storage comes from a cache of freed buffers when one fits (storage.c). */
 tg_tensor *tg__empty(tg_dtype dtype, int ndim, const int64_t *shape);
 tg_tensor *tg__empty_like(const tg_tensor *t);
 /* The same with the elements left unset: for kernels that write every one

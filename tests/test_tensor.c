@@ -506,78 +506,6 @@ START_TEST(to_dtype_maps_nonzero_to_true)
     tg_release(ib);
 }
 END_TEST
-/* ---- the storage cache ------------------------------------------------------ */
-
-static tg_tensor *floats(int64_t n)
-{
-    tg_tensor *t = tg_zeros(TG_FLOAT32, 1, SHAPE(n));
-    ck_assert_ptr_nonnull(t);
-    return t;
-}
-
-/* The buffer of a tensor of n floats made and released: it now waits in
- * the cache (emptied first, so nothing else does). */
-static void *released_buffer(int64_t n)
-{
-    tg_release_cached_memory();
-    tg_tensor *t = floats(n);
-    void *p = tg_data(t);
-    tg_release(t);
-    return p;
-}
-
-START_TEST(released_storage_serves_the_next_tensor_of_its_size)
-{
-    void *p = released_buffer(300000);
-    tg_tensor *b = floats(300000);
-    ck_assert_ptr_eq(tg_data(b), p);
-    tg_release(b);
-}
-END_TEST
-
-/* A buffer freed at one size serves a smaller request when none of that
- * size waits, and goes back to its own size afterwards. */
-START_TEST(a_smaller_request_borrows_a_larger_buffer_and_returns_it)
-{
-    void *p = released_buffer(400000);
-    tg_tensor *small = floats(250000);
-    ck_assert_ptr_eq(tg_data(small), p);
-    tg_release(small);
-    tg_tensor *big = floats(400000);
-    ck_assert_ptr_eq(tg_data(big), p);
-    tg_release(big);
-}
-END_TEST
-
-/* More than twice the request is too much to borrow: the small tensor gets
- * its own buffer and the large one still waits for its own size. */
-START_TEST(a_request_under_half_the_size_does_not_borrow)
-{
-    void *p = released_buffer(1000000);
-    tg_tensor *small = floats(200000);
-    ck_assert_ptr_ne(tg_data(small), p);
-    tg_tensor *big = floats(1000000);
-    ck_assert_ptr_eq(tg_data(big), p);
-    tg_release(small);
-    tg_release(big);
-}
-END_TEST
-
-/* A request of the buffer's own size is served before a borrower's. */
-START_TEST(a_request_takes_its_own_size_before_a_larger_one)
-{
-    tg_release_cached_memory();
-    tg_tensor *big = floats(400000), *own = floats(250000);
-    void *pbig = tg_data(big), *pown = tg_data(own);
-    tg_release(big);
-    tg_release(own);
-    tg_tensor *again = floats(250000);
-    ck_assert_ptr_eq(tg_data(again), pown);
-    ck_assert_ptr_ne(tg_data(again), pbig);
-    tg_release(again);
-}
-END_TEST
-
 static Suite *tensor_suite(void)
 {
     Suite *s = suite_create("tensor");
@@ -617,10 +545,6 @@ static Suite *tensor_suite(void)
     tcase_add_test(tc, scope_end_keep_hands_the_tensor_to_the_outer_scope);
     tcase_add_test(tc, scope_end_keep_without_outer_scope_returns_to_the_caller);
     tcase_add_test(tc, scope_end_with_none_open_is_a_state_error);
-    tcase_add_test(tc, released_storage_serves_the_next_tensor_of_its_size);
-    tcase_add_test(tc, a_smaller_request_borrows_a_larger_buffer_and_returns_it);
-    tcase_add_test(tc, a_request_under_half_the_size_does_not_borrow);
-    tcase_add_test(tc, a_request_takes_its_own_size_before_a_larger_one);
     suite_add_tcase(s, tc);
 
     tc = tcase_checked("dtype");
