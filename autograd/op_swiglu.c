@@ -5,6 +5,7 @@
 #include "affine.h"
 #include "gemm.h"
 #include "graph.h"
+#include "saved_bf16.h"
 #include "swiglu_kernels.h"
 
 #include <string.h>
@@ -75,7 +76,19 @@ tg_tensor *tg_swiglu(const tg_tensor *gate, const tg_tensor *up)
 
 /* ---- the affine map of a SwiGLU ---------------------------------------------- */
 
-/* saved: none. inputs: gate, up, weight, bias. With a = silu(gate) * up and
+/* Input i (gate or up) of n as the backward reads it: widened from its
+ * bfloat16 copy in saved[i] when the node kept one, else contiguous (a new
+ * reference; NULL when out of memory). */
+static tg_tensor *input_values(const tg_node *n, int i)
+{
+    tg_tensor *x = tg__saved_operand(n, i, i), *xc = x ? tg__contiguous(x) : NULL;
+    tg_release(x);
+    return xc;
+}
+
+/* saved[0], saved[1]: gate and up rounded to bfloat16 when
+ * tg__save_bf16_rounded kept them so (under bf16), else nothing and they
+ * are read from the node. inputs: gate, up, weight, bias. With a = silu(gate) * up and
  * y = a @ w^T + b: da = g w (into the buffer that becomes dgate), then one
  * pass makes dgate and dup from da and a again from gate and up, and dw,
  * db come from a (float32: one pass of the packed kernel). a is made here
@@ -85,7 +98,7 @@ static int swiglu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **gr
     const tg_tensor *w = n->inputs[2];
     bool need_da = n->needs[0] || n->needs[1], need_a = n->needs[2];
     int64_t out = w->shape[0], in = w->shape[1];
-    tg_tensor *gatec = tg__contiguous(n->inputs[0]), *upc = tg__contiguous(n->inputs[1]);
+    tg_tensor *gatec = input_values(n, 0), *upc = input_values(n, 1);
     tg_tensor *gc = tg__contiguous(g), *wc = need_da ? tg__contiguous(w) : NULL;
     bool ok = gatec && upc && gc && (!need_da || wc);
     int64_t rows = ok ? tg__numel(gatec->ndim - 1, gatec->shape) : 0;
@@ -130,6 +143,10 @@ tg_tensor *tg_swiglu_affine(const tg_tensor *gate, const tg_tensor *up, const tg
     tg_release(a); /* silu(gate) * up is gone after the product: the op's point */
     tg_release(gatec);
     tg_release(upc);
-    return tg__finish(y, TG_OP_SWIGLU_AFFINE, swiglu_affine_backward, 4,
-                      (const tg_tensor *[]){gate, up, weight, bias}, NULL);
+    tg_node *node;
+    y = tg__finish(y, TG_OP_SWIGLU_AFFINE, swiglu_affine_backward, 4,
+                   (const tg_tensor *[]){gate, up, weight, bias}, &node);
+    tg__save_bf16_rounded(node, 0, 0);
+    tg__save_bf16_rounded(node, 1, 1);
+    return y;
 }

@@ -364,16 +364,20 @@ static tg_tensor *attention(const tg_llama *m, const llama_layer *L, const tg_te
 }
 
 /* h = x + attn(input_layernorm(x)); h + down(silu(gate(n)) * up(n)) with
- * n = post_attention_layernorm(h) */
+ * n = post_attention_layernorm(h). Each branch has a scope of its own:
+ * under bf16 the graph keeps q, k, gate and up in bfloat16, and their
+ * float32 data goes as the branch ends rather than with the layer. */
 static tg_tensor *layer_forward(const tg_llama *m, const llama_layer *L, tg_tensor *x,
                                 tg_llama_cache *cache, int64_t l, int64_t pos0)
 {
     double eps = m->config.norm_eps;
-    tg_tensor *h = tg_add(x, attention(m, L, x, cache, l, pos0));
+    tg_scope_begin();
+    tg_tensor *h = tg_add(x, tg_scope_end_keep(attention(m, L, x, cache, l, pos0)));
+    tg_scope_begin();
     tg_tensor *gate = tg_rms_norm_affine(h, L->post_norm, eps, L->gate, NULL); /* [B, T, F] */
     tg_tensor *up = tg_rms_norm_affine(h, L->post_norm, eps, L->up, NULL);
     /* down_proj(silu(gate) * up) as one op: the product is not kept */
-    return tg_add(h, tg_swiglu_affine(gate, up, L->down, NULL));
+    return tg_add(h, tg_scope_end_keep(tg_swiglu_affine(gate, up, L->down, NULL)));
 }
 
 /* idx int64 [B, T] at positions pos0.. -> logits [B, T', V] of its last

@@ -384,7 +384,7 @@ END_TEST
 
 /* ---- inputs kept rounded ---------------------------------------------------------- */
 
-START_TEST(gelu_and_attention_keep_their_inputs_rounded_when_rounding_is_on)
+START_TEST(gelu_swiglu_and_attention_keep_their_inputs_rounded_when_rounding_is_on)
 {
     BEGIN;
     tg_rng *rng = tg_rng_new(10);
@@ -399,6 +399,9 @@ START_TEST(gelu_and_attention_keep_their_inputs_rounded_when_rounding_is_on)
         tg__set_bf16_keeping(run == 1 ? TG__KEEP_BF16_EXACT : TG__KEEP_BF16_ROUNDED);
         tg_tensor *y = tg_gelu_affine(tg_affine(x, w, NULL), TG_GELU_TANH, w2, NULL);
         ck_assert_msg(kept_bf16(y, 0, 0) == rounded, "gelu_affine, run %d", run);
+        tg_tensor *z = tg_swiglu_affine(tg_affine(x, w, NULL), tg_affine(x, w, NULL), w2, NULL);
+        ck_assert_msg(kept_bf16(z, 0, 0) == rounded && kept_bf16(z, 1, 1) == rounded,
+                      "swiglu_affine, run %d", run);
         tg_tensor *o = tg_attention_qkvpacked(tg_affine(x, wqkv, NULL), 2, true, 0, 0, NULL);
         ck_assert_msg(kept_bf16(o, 0, 4) == rounded, "qkvpacked, run %d", run);
         /* its output rounded for the softmax's gradient: the output
@@ -507,7 +510,7 @@ static Suite *saved_bf16_suite(void)
     tcase_add_test(tc, gpt_training_under_bf16_is_the_same_bits_with_bf16_saving);
     tcase_add_test(tc, llama_training_under_bf16_is_the_same_bits_with_bf16_saving);
     tcase_add_test(tc, mlp_training_under_bf16_is_the_same_bits_with_bf16_saving);
-    tcase_add_test(tc, gelu_and_attention_keep_their_inputs_rounded_when_rounding_is_on);
+    tcase_add_test(tc, gelu_swiglu_and_attention_keep_their_inputs_rounded_when_rounding_is_on);
     tcase_add_test(tc, rounding_frees_half_of_gelu_and_attention_and_moves_gradients_less_than_bf16);
     suite_add_tcase(s, tc);
     return s;
