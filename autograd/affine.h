@@ -53,6 +53,22 @@ tg_tensor *tg__affine_product(const tg_tensor *xc, const tg_tensor *weight,
 int tg__affine_param_grads(const tg_tensor *gc, const tg_tensor *xv, int64_t rows, int64_t out,
                            int64_t in, tg_tensor *dw, tg_tensor **db);
 
+/* Rows per block for a backward that makes a [rows, in] temporary a block
+ * of rows at a time (es bytes an element): at most about 4 MiB of them,
+ * the rows shared evenly between the blocks. */
+int64_t tg__affine_block_rows(int64_t rows, int64_t in, size_t es);
+
+/* Rows [r0, r0 + nr) of the contiguous [rows, in] data behind t, a view
+ * (NULL when out of memory). */
+static inline tg_tensor *tg__affine_rows(const tg_tensor *t, int64_t r0, int64_t nr, int64_t in)
+{
+    return tg__view(t, 2, (int64_t[]){nr, in}, (int64_t[]){in, 1}, t->offset + r0 * in);
+}
+
+/* *db = gc summed over every dim but its last (a new tensor); 0, or -1
+ * when out of memory. */
+int tg__affine_bias_grad(const tg_tensor *gc, tg_tensor **db);
+
 /* The gradients of y = xv @ w^T + b given gy, with xv the values the
  * product read (contiguous), w = n->inputs[wi] and b = n->inputs[wi + 1]:
  * dxv [..., in] when want_dxv, added into into when given, else a new *dxv

@@ -46,7 +46,7 @@ int tg__affine_check(const char *fn, const tg_tensor *x, const tg_tensor *w,
 
 /* dbias: gc (the upstream gradient, contiguous) summed over every leading
  * dim, into *db. 0, or -1 when out of memory. */
-static int bias_grad(const tg_tensor *gc, tg_tensor **db)
+int tg__affine_bias_grad(const tg_tensor *gc, tg_tensor **db)
 {
     int dims[TG_MAX_DIMS];
     for (int d = 0; d < gc->ndim - 1; d++)
@@ -92,7 +92,7 @@ int tg__affine_param_grads(const tg_tensor *gc, const tg_tensor *xv, int64_t row
     if (dw && tg__gemm_op(xv->dtype, true, false, out, in, rows, 1.0, tg__ptr(gc), out,
                        tg__ptr(xv), in, 0.0, tg__ptr(dw), in) < 0)
         return -1;
-    return db ? bias_grad(gc, db) : 0;
+    return db ? tg__affine_bias_grad(gc, db) : 0;
 }
 
 /* The gradients of y = xv @ w^T + b given gy, with xv the values the product
@@ -229,21 +229,14 @@ tg_tensor *tg_affine(const tg_tensor *x, const tg_tensor *weight, const tg_tenso
 
 /* ---- the affine map of a GELU ------------------------------------------- */
 
-/* Rows of h per block in the backward below: at most about 4 MiB of them,
- * the rows shared evenly between the blocks (2048 rows of 1536 floats go
- * as 4 x 512, not 3 x 682 and a block of 2 whose products are thin). */
-static int64_t block_rows(int64_t rows, int64_t in, size_t es)
+/* 2048 rows of 1536 floats go as 4 x 512, not 3 x 682 and a block of 2
+ * whose products are thin. */
+int64_t tg__affine_block_rows(int64_t rows, int64_t in, size_t es)
 {
     int64_t r = (int64_t)((4u << 20) / ((size_t)(in > 0 ? in : 1) * es));
     r = r > 0 ? r : 1;
     int64_t blocks = rows > 0 ? (rows + r - 1) / r : 1;
     return (rows + blocks - 1) / blocks > 0 ? (rows + blocks - 1) / blocks : 1;
-}
-
-/* Rows [r0, r0 + nr) of the contiguous [rows, in] data behind t, a view. */
-static tg_tensor *row_block(const tg_tensor *t, int64_t r0, int64_t nr, int64_t in)
-{
-    return tg__view(t, 2, (int64_t[]){nr, in}, (int64_t[]){in, 1}, t->offset + r0 * in);
 }
 
 /* One block of rows of the backward below: with hb = h's rows and gb the
@@ -325,7 +318,7 @@ static int gelu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grad
     tg_tensor *hc = h16 ? NULL : tg__contiguous(h), *gc = tg__contiguous(g);
     tg_tensor *wc = n->needs[0] ? tg__contiguous(w) : NULL;
     tg_tensor *dh = n->needs[0] ? tg__empty_uninit(dt, h->ndim, h->shape) : NULL; /* all written */
-    int64_t step = block_rows(rows, in, es);
+    int64_t step = tg__affine_block_rows(rows, in, es);
     /* the first block writes dw; with no rows it is 0 */
     tg_tensor *dw = !n->needs[1] ? NULL
                     : rows   ? tg__empty_uninit_like(w)
@@ -338,8 +331,8 @@ static int gelu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grad
     }
     for (int64_t r0 = 0; rc == 0 && r0 < rows; r0 += step) {
         int64_t nr = rows - r0 < step ? rows - r0 : step;
-        tg_tensor *hb = h16 ? tg__widen_rows(h16, r0, nr) : row_block(hc, r0, nr, in);
-        tg_tensor *db = dh ? row_block(dh, r0, nr, in) : NULL;
+        tg_tensor *hb = h16 ? tg__widen_rows(h16, r0, nr) : tg__affine_rows(hc, r0, nr, in);
+        tg_tensor *db = dh ? tg__affine_rows(dh, r0, nr, in) : NULL;
         const char *gb = (const char *)tg__ptr(gc) + (size_t)(r0 * out) * es;
         rc = hb && (!dh || db)
                  ? gelu_affine_block(n, hb, gb, wc, dw ? tg__ptr(dw) : NULL, db, r0 == 0)
@@ -348,7 +341,7 @@ static int gelu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grad
         tg_release(db);
     }
     if (rc == 0 && n->needs[2] && !whole)
-        rc = bias_grad(gc, &grads[2]);
+        rc = tg__affine_bias_grad(gc, &grads[2]);
     if (rc == 0) {
         grads[0] = dh ? tg__ret(tg_retain(dh)) : NULL;
         grads[1] = dw ? tg__ret(tg_retain(dw)) : NULL;

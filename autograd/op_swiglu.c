@@ -86,38 +86,87 @@ static tg_tensor *input_values(const tg_node *n, int i)
     return xc;
 }
 
+/* swiglu_affine_backward's work when gate and up were kept in bfloat16, a
+ * block of rows at a time: each block widens its rows of gate and up, makes
+ * its rows of da (into da itself, which becomes dgate) and of dup, and its
+ * rows of a, which it adds into dw as gb^T a. The backward then holds da
+ * and dup whole and the rest a block at a time. 0, or -1 when out of memory. */
+static int swiglu_affine_blocks(tg_node *n, const tg_tensor *gc, const tg_tensor *wc,
+                                tg_tensor *da, tg_tensor *dup, tg_tensor *dw, int64_t rows,
+                                int64_t out, int64_t in)
+{
+    const tg_tensor *gate16 = tg__saved_bf16(n, 0), *up16 = tg__saved_bf16(n, 1);
+    int64_t step = tg__affine_block_rows(rows, in, sizeof(float));
+    int rc = 0;
+    for (int64_t r0 = 0; rc == 0 && r0 < rows; r0 += step) {
+        int64_t nr = rows - r0 < step ? rows - r0 : step;
+        const float *gb = (const float *)tg__ptr(gc) + r0 * out;
+        tg_tensor *gate = tg__widen_rows(gate16, r0, nr), *up = tg__widen_rows(up16, r0, nr);
+        tg_tensor *dab = da ? tg__affine_rows(da, r0, nr, in) : NULL;
+        tg_tensor *dupb = dup ? tg__affine_rows(dup, r0, nr, in) : NULL;
+        tg_tensor *a = dw ? tg__empty_uninit(TG_FLOAT32, 2, (int64_t[]){nr, in}) : NULL;
+        rc = gate && up && (!da || dab) && (!dup || dupb) && (!dw || a) ? 0 : -1;
+        if (rc == 0 && da)
+            rc = tg__gemm_op(TG_FLOAT32, false, false, nr, in, out, 1.0, gb, out, tg__ptr(wc), in,
+                             0.0, tg__ptr(dab), in);
+        if (rc == 0 && da)
+            tg__swiglu_grads(TG_FLOAT32, tg__ptr(gate), tg__ptr(up), tg__ptr(dab),
+                             n->needs[0] ? tg__ptr(dab) : NULL, dupb ? tg__ptr(dupb) : NULL,
+                             a ? tg__ptr(a) : NULL, nr * in);
+        else if (rc == 0 && a)
+            tg__swiglu(TG_FLOAT32, tg__ptr(a), tg__ptr(gate), tg__ptr(up), nr * in);
+        if (rc == 0 && dw)
+            rc = tg__gemm_op(TG_FLOAT32, true, false, out, in, nr, 1.0, gb, out, tg__ptr(a), in,
+                             r0 == 0 ? 0.0 : 1.0, tg__ptr(dw), in);
+        tg_release(gate), tg_release(up), tg_release(dab), tg_release(dupb), tg_release(a);
+    }
+    return rc;
+}
+
 /* saved[0], saved[1]: gate and up rounded to bfloat16 when
  * tg__save_bf16_rounded kept them so (under bf16), else nothing and they
- * are read from the node. inputs: gate, up, weight, bias. With a = silu(gate) * up and
- * y = a @ w^T + b: da = g w (into the buffer that becomes dgate), then one
- * pass makes dgate and dup from da and a again from gate and up, and dw,
- * db come from a (float32: one pass of the packed kernel). a is made here
- * rather than kept since the forward: that is the point of the op. */
+ * are read from the node. inputs: gate, up, weight, bias. With a =
+ * silu(gate) * up and y = a @ w^T + b: da = g w (into the buffer that
+ * becomes dgate), then one pass makes dgate and dup from da and a again
+ * from gate and up, and dw, db come from a (float32: one pass of the packed
+ * kernel); kept gate and up go a block of rows at a time
+ * (swiglu_affine_blocks). a is made here rather than kept since the
+ * forward: that is the point of the op. */
 static int swiglu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **grads)
 {
-    const tg_tensor *w = n->inputs[2];
+    const tg_tensor *w = n->inputs[2], *gate = n->inputs[0];
     bool need_da = n->needs[0] || n->needs[1], need_a = n->needs[2];
-    int64_t out = w->shape[0], in = w->shape[1];
-    tg_tensor *gatec = input_values(n, 0), *upc = input_values(n, 1);
+    int64_t out = w->shape[0], in = w->shape[1], rows = tg__numel(gate->ndim - 1, gate->shape);
+    bool blocks = rows > 0 && tg__saved_bf16(n, 0) && tg__saved_bf16(n, 1);
+    tg_tensor *gatec = blocks ? NULL : input_values(n, 0), *upc = blocks ? NULL : input_values(n, 1);
     tg_tensor *gc = tg__contiguous(g), *wc = need_da ? tg__contiguous(w) : NULL;
-    bool ok = gatec && upc && gc && (!need_da || wc);
-    int64_t rows = ok ? tg__numel(gatec->ndim - 1, gatec->shape) : 0;
-    tg_tensor *da = ok && need_da ? tg__empty_uninit_like(gatec) : NULL; /* becomes dgate */
-    tg_tensor *dup = ok && n->needs[1] ? tg__empty_uninit_like(gatec) : NULL;
-    tg_tensor *a = ok && need_a ? tg__empty_uninit_like(gatec) : NULL;
+    bool ok = (blocks || (gatec && upc)) && gc && (!need_da || wc);
+    tg_dtype dt = g->dtype;
+    /* da becomes dgate */
+    tg_tensor *da = ok && need_da ? tg__empty_uninit(dt, gate->ndim, gate->shape) : NULL;
+    tg_tensor *dup = ok && n->needs[1] ? tg__empty_uninit(dt, gate->ndim, gate->shape) : NULL;
+    tg_tensor *a = ok && need_a && !blocks ? tg__empty_uninit(dt, gate->ndim, gate->shape) : NULL;
     tg_tensor *dw = ok && need_a ? tg__empty_uninit_like(w) : NULL;
-    int rc = ok && (!need_da || da) && (!n->needs[1] || dup) && (!need_a || (a && dw)) ? 0 : -1;
-    if (rc == 0 && da)
-        rc = tg__gemm_op(g->dtype, false, false, rows, in, out, 1.0, tg__ptr(gc), out,
-                      tg__ptr(wc), in, 0.0, tg__ptr(da), in);
-    if (rc == 0 && da)
-        tg__swiglu_grads(g->dtype, tg__ptr(gatec), tg__ptr(upc), tg__ptr(da),
-                         n->needs[0] ? tg__ptr(da) : NULL, dup ? tg__ptr(dup) : NULL,
-                         a ? tg__ptr(a) : NULL, rows * in);
-    else if (rc == 0 && a)
-        tg__swiglu(g->dtype, tg__ptr(a), tg__ptr(gatec), tg__ptr(upc), rows * in);
-    if (rc == 0 && (need_a || n->needs[3]))
-        rc = tg__affine_param_grads(gc, a, rows, out, in, dw, n->needs[3] ? &grads[3] : NULL);
+    int rc = ok && (!need_da || da) && (!n->needs[1] || dup) && (!need_a || ((blocks || a) && dw))
+                 ? 0 : -1;
+    if (rc == 0 && blocks) {
+        rc = swiglu_affine_blocks(n, gc, wc, da, dup, dw, rows, out, in);
+        if (rc == 0 && n->needs[3])
+            rc = tg__affine_bias_grad(gc, &grads[3]);
+    } else {
+        if (rc == 0 && da)
+            rc = tg__gemm_op(dt, false, false, rows, in, out, 1.0, tg__ptr(gc), out, tg__ptr(wc),
+                             in, 0.0, tg__ptr(da), in);
+        if (rc == 0 && da)
+            tg__swiglu_grads(dt, tg__ptr(gatec), tg__ptr(upc), tg__ptr(da),
+                             n->needs[0] ? tg__ptr(da) : NULL, dup ? tg__ptr(dup) : NULL,
+                             a ? tg__ptr(a) : NULL, rows * in);
+        else if (rc == 0 && a)
+            tg__swiglu(dt, tg__ptr(a), tg__ptr(gatec), tg__ptr(upc), rows * in);
+        if (rc == 0 && (need_a || n->needs[3]))
+            rc = tg__affine_param_grads(gc, a, rows, out, in, dw,
+                                        n->needs[3] ? &grads[3] : NULL);
+    }
     if (rc == 0) {
         grads[0] = n->needs[0] ? tg__ret(tg_retain(da)) : NULL;
         grads[1] = dup ? tg__ret(tg_retain(dup)) : NULL;

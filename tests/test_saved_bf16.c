@@ -497,6 +497,65 @@ START_TEST(rounding_frees_half_of_gelu_and_attention_and_moves_gradients_less_th
 }
 END_TEST
 
+/* The gradients of x and the weights through gelu_affine (swiglu false)
+ * or swiglu_affine of bf16-exact values of x (rows x in), under bf16 at a
+ * keeping, as doubles in one array. */
+static double *fused_grads(bool swiglu, tg__bf16_keeping keeping, int64_t rows, int64_t in,
+                           int64_t out, int64_t *n)
+{
+    tg_rng *rng = tg_rng_new(12);
+    tg_tensor *x = param(rng, 2, SHAPE(rows, in)), *w = param(rng, 2, SHAPE(out, in));
+    tg_tensor *b = param(rng, 1, SHAPE(out));
+    tg_set_matmul_precision(TG_PRECISION_BF16);
+    tg__set_bf16_keeping(keeping);
+    tg_scope_begin();
+    /* values a bf16 copy holds exactly: rounding them changes nothing */
+    tg_tensor *h = tg_to_dtype(tg_to_dtype(x, TG_BFLOAT16), TG_FLOAT32);
+    tg_tensor *y = swiglu ? tg_swiglu_affine(h, tg_mul_scalar(h, 0.5), w, b)
+                          : tg_gelu_affine(h, TG_GELU_TANH, w, b);
+    ck_assert(kept_bf16(y, 0, 0) == (keeping == TG__KEEP_BF16_ROUNDED));
+    ck_assert_int_eq(tg_backward(tg_sum(tg_mul(y, y), NULL, 0, false), NULL), 0);
+    tg_scope_end();
+    tg_tensor *gs[] = {tg_grad(x), tg_grad(w), tg_grad(b)};
+    *n = 0;
+    double *v = malloc((size_t)(rows * in + out * in + out) * sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    for (int k = 0; k < 3; k++) {
+        tg_tensor *g64 = tg_to_dtype(gs[k], TG_FLOAT64);
+        memcpy(v + *n, tg_data(g64), (size_t)tg_numel(g64) * sizeof *v);
+        *n += tg_numel(g64);
+        tg_release(g64);
+    }
+    tg_release(x), tg_release(w), tg_release(b);
+    tg_rng_free(rng);
+    return v;
+}
+
+/* Kept inputs go through the backward a block of rows at a time (about 4
+ * MiB of float32 each); on inputs the copy holds exactly, that gives the
+ * gradients of the whole-tensor backward up to the order of the sums. */
+START_TEST(the_blocked_backward_of_kept_inputs_matches_the_whole_one)
+{
+    BEGIN;
+    for (int swiglu = 0; swiglu < 2; swiglu++) {
+        int64_t rows = 2100, in = 1024, out = 48, n_whole, n_blocks; /* three blocks */
+        double *whole = fused_grads(swiglu, TG__KEEP_BF16_EXACT, rows, in, out, &n_whole);
+        double *blocks = fused_grads(swiglu, TG__KEEP_BF16_ROUNDED, rows, in, out, &n_blocks);
+        ck_assert_int_eq(n_whole, n_blocks);
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < n_whole; i++) {
+            num += (blocks[i] - whole[i]) * (blocks[i] - whole[i]);
+            den += whole[i] * whole[i];
+        }
+        ck_assert_msg(den > 0 && sqrt(num / den) < 1e-5, "%s: relative L2 error %g",
+                      swiglu ? "swiglu_affine" : "gelu_affine", sqrt(num / den));
+        free(whole);
+        free(blocks);
+    }
+    END;
+}
+END_TEST
+
 static Suite *saved_bf16_suite(void)
 {
     Suite *s = suite_create("saved_bf16");
@@ -511,6 +570,7 @@ static Suite *saved_bf16_suite(void)
     tcase_add_test(tc, llama_training_under_bf16_is_the_same_bits_with_bf16_saving);
     tcase_add_test(tc, mlp_training_under_bf16_is_the_same_bits_with_bf16_saving);
     tcase_add_test(tc, gelu_swiglu_and_attention_keep_their_inputs_rounded_when_rounding_is_on);
+    tcase_add_test(tc, the_blocked_backward_of_kept_inputs_matches_the_whole_one);
     tcase_add_test(tc, rounding_frees_half_of_gelu_and_attention_and_moves_gradients_less_than_bf16);
     suite_add_tcase(s, tc);
     return s;
