@@ -459,8 +459,6 @@ static size_t gpt_step(tg__bf16_keeping keeping, snapshot *grads)
     for (int k = 0; k < ps.count; k++)
         take(grads, tg_grad(ps.tensors[k]));
     tg_release(loss);
-    tg_release(idx);
-    tg_release(targets);
     tg_params_clear(&ps);
     tg_gpt_free(m);
     tg_rng_free(rng);
@@ -524,9 +522,7 @@ static double *fused_grads(bool swiglu, tg__bf16_keeping keeping, int64_t rows, 
         tg_tensor *g64 = tg_to_dtype(gs[k], TG_FLOAT64);
         memcpy(v + *n, tg_data(g64), (size_t)tg_numel(g64) * sizeof *v);
         *n += tg_numel(g64);
-        tg_release(g64);
     }
-    tg_release(x), tg_release(w), tg_release(b);
     tg_rng_free(rng);
     return v;
 }
@@ -538,7 +534,7 @@ START_TEST(the_blocked_backward_of_kept_inputs_matches_the_whole_one)
 {
     BEGIN;
     for (int swiglu = 0; swiglu < 2; swiglu++) {
-        int64_t rows = 2100, in = 1024, out = 48, n_whole, n_blocks; /* three blocks */
+        int64_t rows = 600, in = 2048, out = 16, n_whole, n_blocks; /* two blocks */
         double *whole = fused_grads(swiglu, TG__KEEP_BF16_EXACT, rows, in, out, &n_whole);
         double *blocks = fused_grads(swiglu, TG__KEEP_BF16_ROUNDED, rows, in, out, &n_blocks);
         ck_assert_int_eq(n_whole, n_blocks);
