@@ -28,7 +28,9 @@ static tg_tensor *copy_of(tg_tensor *x)
     tg_tensor *c = tg__empty_uninit(TG_BFLOAT16, x->ndim, x->shape);
     if (!c)
         return NULL;
-    tg__bf16_from_f32_n(tg__ptr(c), tg__ptr(x), tg__numel(x->ndim, x->shape));
+    uint16_t *to = tg__ptr(c);
+    const float *from = tg__ptr(x);
+    TG_FOR_BLOCKS(tg__numel(x->ndim, x->shape), lo, len, tg__bf16_from_f32_n(to + lo, from + lo, len));
     c->storage->version = tg__version(x);
     tg_release(x->bf16_copy);
     x->bf16_copy = tg_retain(c);
@@ -95,12 +97,18 @@ const tg_tensor *tg__saved_bf16(const tg_node *node, int slot)
     return c && c->dtype == TG_BFLOAT16 ? c : NULL;
 }
 
+/* dst[i] = src[i] widened, for i < n, on the team. */
+static void widen(float *dst, const uint16_t *src, int64_t n)
+{
+    TG_FOR_BLOCKS(n, lo, len, tg__f32_from_bf16_n(dst + lo, src + lo, len));
+}
+
 tg_tensor *tg__widen_rows(const tg_tensor *c, int64_t r0, int64_t nr)
 {
     int64_t last = c->ndim ? c->shape[c->ndim - 1] : 1;
     tg_tensor *x = tg__empty_uninit(TG_FLOAT32, 2, (int64_t[]){nr, last});
     if (x)
-        tg__f32_from_bf16_n(tg__ptr(x), (const uint16_t *)tg__ptr(c) + r0 * last, nr * last);
+        widen(tg__ptr(x), (const uint16_t *)tg__ptr(c) + r0 * last, nr * last);
     return x;
 }
 
@@ -108,7 +116,7 @@ tg_tensor *tg__widened(const tg_tensor *c)
 {
     tg_tensor *x = tg__empty_uninit(TG_FLOAT32, c->ndim, c->shape);
     if (x)
-        tg__f32_from_bf16_n(tg__ptr(x), tg__ptr(c), tg__numel(c->ndim, c->shape));
+        widen(tg__ptr(x), tg__ptr(c), tg__numel(c->ndim, c->shape));
     return x;
 }
 
