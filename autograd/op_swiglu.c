@@ -86,6 +86,26 @@ static tg_tensor *input_values(const tg_node *n, int i)
     return xc;
 }
 
+/* nr rows of the backward below, each operand contiguous, of dtype dt: da
+ * = gb w (da becomes dgate where n wants it) and from da, gate and up,
+ * dup and a = silu(gate) * up where given; with no da, a alone. 0, or -1
+ * when out of memory. */
+static int swiglu_rows(const tg_node *n, tg_dtype dt, int64_t nr, int64_t in, int64_t out,
+                       const void *gate, const void *up, const void *gb, const tg_tensor *wc,
+                       void *da, void *dup, void *a)
+{
+    int rc = 0;
+    if (da) {
+        rc = tg__gemm_op(dt, false, false, nr, in, out, 1.0, gb, out, tg__ptr(wc), in, 0.0, da,
+                         in);
+        if (rc == 0)
+            tg__swiglu_grads(dt, gate, up, da, n->needs[0] ? da : NULL, dup, a, nr * in);
+    } else if (a) {
+        tg__swiglu(dt, a, gate, up, nr * in);
+    }
+    return rc;
+}
+
 /* swiglu_affine_backward's work when gate and up were kept in bfloat16, a
  * block of rows at a time: each block widens its rows of gate and up, makes
  * its rows of da (into da itself, which becomes dgate) and of dup, and its
@@ -105,16 +125,11 @@ static int swiglu_affine_blocks(tg_node *n, const tg_tensor *gc, const tg_tensor
         tg_tensor *dab = da ? tg__affine_rows(da, r0, nr, in) : NULL;
         tg_tensor *dupb = dup ? tg__affine_rows(dup, r0, nr, in) : NULL;
         tg_tensor *a = dw ? tg__empty_uninit(TG_FLOAT32, 2, (int64_t[]){nr, in}) : NULL;
-        rc = gate && up && (!da || dab) && (!dup || dupb) && (!dw || a) ? 0 : -1;
-        if (rc == 0 && da)
-            rc = tg__gemm_op(TG_FLOAT32, false, false, nr, in, out, 1.0, gb, out, tg__ptr(wc), in,
-                             0.0, tg__ptr(dab), in);
-        if (rc == 0 && da)
-            tg__swiglu_grads(TG_FLOAT32, tg__ptr(gate), tg__ptr(up), tg__ptr(dab),
-                             n->needs[0] ? tg__ptr(dab) : NULL, dupb ? tg__ptr(dupb) : NULL,
-                             a ? tg__ptr(a) : NULL, nr * in);
-        else if (rc == 0 && a)
-            tg__swiglu(TG_FLOAT32, tg__ptr(a), tg__ptr(gate), tg__ptr(up), nr * in);
+        rc = gate && up && (!da || dab) && (!dup || dupb) && (!dw || a)
+                 ? swiglu_rows(n, TG_FLOAT32, nr, in, out, tg__ptr(gate), tg__ptr(up), gb, wc,
+                               dab ? tg__ptr(dab) : NULL, dupb ? tg__ptr(dupb) : NULL,
+                               a ? tg__ptr(a) : NULL)
+                 : -1;
         if (rc == 0 && dw)
             rc = tg__gemm_op(TG_FLOAT32, true, false, out, in, nr, 1.0, gb, out, tg__ptr(a), in,
                              r0 == 0 ? 0.0 : 1.0, tg__ptr(dw), in);
@@ -154,15 +169,10 @@ static int swiglu_affine_backward(tg_node *n, const tg_tensor *g, tg_tensor **gr
         if (rc == 0 && n->needs[3])
             rc = tg__affine_bias_grad(gc, &grads[3]);
     } else {
-        if (rc == 0 && da)
-            rc = tg__gemm_op(dt, false, false, rows, in, out, 1.0, tg__ptr(gc), out, tg__ptr(wc),
-                             in, 0.0, tg__ptr(da), in);
-        if (rc == 0 && da)
-            tg__swiglu_grads(dt, tg__ptr(gatec), tg__ptr(upc), tg__ptr(da),
-                             n->needs[0] ? tg__ptr(da) : NULL, dup ? tg__ptr(dup) : NULL,
-                             a ? tg__ptr(a) : NULL, rows * in);
-        else if (rc == 0 && a)
-            tg__swiglu(dt, tg__ptr(a), tg__ptr(gatec), tg__ptr(upc), rows * in);
+        if (rc == 0)
+            rc = swiglu_rows(n, dt, rows, in, out, tg__ptr(gatec), tg__ptr(upc), tg__ptr(gc), wc,
+                             da ? tg__ptr(da) : NULL, dup ? tg__ptr(dup) : NULL,
+                             a ? tg__ptr(a) : NULL);
         if (rc == 0 && (need_a || n->needs[3]))
             rc = tg__affine_param_grads(gc, a, rows, out, in, dw,
                                         n->needs[3] ? &grads[3] : NULL);
