@@ -29,8 +29,33 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Starts a new peak RSS for the config about to run: Linux (4.0 and later)
+ * resets the VmHWM of /proc/self/status when "5" is written to clear_refs.
+ * Where it cannot, peak_rss_mb falls back to the process's whole peak. */
+static bool peak_reset;
+
+static void reset_peak_rss(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    peak_reset = f && fputs("5", f) >= 0;
+    if (f && fclose(f) != 0)
+        peak_reset = false;
+}
+
+/* The peak RSS since reset_peak_rss, in MiB (as torch_ref.py's ru_maxrss /
+ * 1024), or the process's since it started when the reset failed. */
 static double peak_rss_mb(void)
 {
+    FILE *f = peak_reset ? fopen("/proc/self/status", "r") : NULL;
+    char line[256];
+    long kib = -1;
+    while (f && kib < 0 && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) != 1)
+            kib = -1;
+    if (f)
+        fclose(f);
+    if (kib >= 0)
+        return (double)kib / 1024.0;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_maxrss / 1024.0; /* ru_maxrss is in KiB on Linux */
@@ -683,12 +708,13 @@ int main(int argc, char **argv)
     bench_measure_peaks(threads, quick, &peaks);
     emit_info();
     int failed = 0;
-    /* Each config starts without the buffers the one before left cached, so
-     * its peak RSS is its own (ru_maxrss only ever grows). */
+    /* Each config and precision starts without the buffers the one before
+     * left cached, and with the peak RSS reset, so that its peak is its own. */
     for (int i = 0; i < NBENCH; i++)
         for (int p = 0; p < 2; p++)
             if ((!any || chosen[i]) && precisions[p]) {
                 tg_set_matmul_precision(p ? TG_PRECISION_BF16 : TG_PRECISION_FLOAT32);
+                reset_peak_rss();
                 failed |= benches[i].run(threads) != 0;
                 tg_release_cached_memory();
             }

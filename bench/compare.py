@@ -17,7 +17,8 @@ Each side runs at --threads 1 and at --threads 2 in every round; what counts
 per config is the best single measurement over all its rounds and thread
 counts (the highest GFLOP/s or tok/s, the lowest ms or s), since slower runs
 on a shared 2-core machine are noise from elsewhere, not the code's speed.
-Peak RSS is the lowest seen for gpt-medium over those runs.
+Peak RSS is the lowest seen for gpt-medium over those runs; bench runs once
+per precision, and resets the peak before each config (bench.c).
 """
 import argparse, datetime, json, os, pathlib, platform, subprocess, sys
 
@@ -222,7 +223,11 @@ def runs(a, t):
     ref = [c for c in a.configs if c not in LLAMA_CONFIGS | SEQ2SEQ_CONFIGS]
     llama = [c for c in a.configs if c in LLAMA_CONFIGS]
     seq2seq = [c for c in a.configs if c in SEQ2SEQ_CONFIGS]
-    out = [("tensorgrad", [a.bench, "--threads", str(t)] + a.configs)]
+    # one process per precision, as the references run: a process's resident
+    # memory does not shrink back between runs, so a second precision in the
+    # same process would start from the first one's peak
+    out = [("tensorgrad", [a.bench, "--threads", str(t), "--precision", p] + a.configs)
+           for p in ("fp32", "bf16")]
     for side, extra in (("pytorch", []), ("pytorch-bf16", ["--bf16"])):
         if extra and a.no_torch_bf16:
             continue
