@@ -14,7 +14,7 @@ typedef struct tg_storage {
     void *data;
     size_t nbytes;
     /* Bytes behind data: nbytes rounded up to the storage cache's size class
-     * (tensor.c), so a freed buffer serves any later request of its class. */
+     * (storage.c), so a freed buffer serves any later request of its class. */
     size_t capacity;
     struct tg_storage *next_free; /* the cache's free list */
     /* How data goes back: the hook of tg_set_allocator that was current when
