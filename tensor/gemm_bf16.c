@@ -1,6 +1,6 @@
 /* The bfloat16 products (gemm.h): float32 operands rounded to bfloat16 as
  * they are packed, products summed in float32, on the packed driver of
- * gemm_packed.h with gemm_x86.c's bf16 kernels; and tg__gemm_p, which
+ * gemm_packed_tmpl.h with gemm_x86.c's bf16 kernels; and tg__gemm_p, which
  * picks them or the float32 ones by precision. */
 #include "bf16.h"
 #include "gemm.h"
@@ -23,7 +23,7 @@
 #define GEMM_T float
 #define GEMM_FN(name) name##_bf16
 #define GEMM_UKR struct tg__ukr_bf16
-#include "gemm_packed.h"
+#include "gemm_packed_tmpl.h"
 #undef GEMM_T
 #undef GEMM_FN
 #undef GEMM_UKR

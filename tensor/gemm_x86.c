@@ -38,23 +38,23 @@
 #define MK_MUL _mm512_mul_ps
 #define MK_MR 14
 #define MK_NAME ukr_avx512_f32
-#include "gemm_micro.h"
+#include "gemm_micro_tmpl.h"
 #undef MK_MR
 #define MK_MR 4
 #define MK_STRIDE 14
 #define MK_NAME ukr_avx512_f32_rows4
-#include "gemm_micro.h"
+#include "gemm_micro_tmpl.h"
 #undef MK_MR
 #define MK_MR 7
 #define MK_STRIDE 14
 #define MK_NAME ukr_avx512_f32_rows7
-#include "gemm_micro.h"
+#include "gemm_micro_tmpl.h"
 #undef MK_KEEP_TYPE /* the last float one */
 #undef MK_MR
 #define MK_MR 10
 #define MK_STRIDE 14
 #define MK_NAME ukr_avx512_f32_rows10
-#include "gemm_micro.h"
+#include "gemm_micro_tmpl.h"
 
 #undef MK_MR
 #define MK_MR 14
@@ -68,7 +68,7 @@
 #define MK_SET1 _mm512_set1_pd
 #define MK_FMA _mm512_fmadd_pd
 #define MK_MUL _mm512_mul_pd
-#include "gemm_micro.h"
+#include "gemm_micro_tmpl.h"
 #undef MK_TARGET
 #undef MK_MR
 #undef MK_NV
@@ -87,7 +87,7 @@
 #define MK_SET1 _mm256_set1_ps
 #define MK_FMA _mm256_fmadd_ps
 #define MK_MUL _mm256_mul_ps
-#include "gemm_micro.h"
+#include "gemm_micro_tmpl.h"
 
 #define MK_ZERO _mm256_setzero_pd
 #define MK_NAME ukr_avx2_f64
@@ -99,7 +99,7 @@
 #define MK_SET1 _mm256_set1_pd
 #define MK_FMA _mm256_fmadd_pd
 #define MK_MUL _mm256_mul_pd
-#include "gemm_micro.h"
+#include "gemm_micro_tmpl.h"
 #undef MK_TARGET
 #undef MK_MR
 #undef MK_NV
@@ -319,7 +319,7 @@ BF16_TARGET static void pack_pair_rows(const float *src, int64_t ld, int64_t col
             memset(dst + j / width * panel_stride + q * width, 0, sizeof(float) * (size_t)width);
 }
 
-/* C[MR][32] = alpha * pa @ pb + beta * C (bias as gemm_micro.h) on pairs
+/* C[MR][32] = alpha * pa @ pb + beta * C (bias as gemm_micro_tmpl.h) on pairs
  * packed by pack_pairs: pa [kc/2][14] (only its first MR rows read), pb
  * [kc/2][32]. Per pair of k, 2 loads of B, MR broadcasts of a pair of A,
  * 2 MR vdpbf16ps, each 16 lanes x 2 products summed in float32. */
@@ -505,7 +505,7 @@ BF16_TARGET static void pack_amx_b(bool trans, const float *x, int64_t ld, int64
     memset(dst + have * width, 0, sizeof(float) * (size_t)((kp / 2 - have) * width));
 }
 
-/* C[32][32] = alpha * pa @ pb + beta * C (bias as gemm_micro.h) on panels
+/* C[32][32] = alpha * pa @ pb + beta * C (bias as gemm_micro_tmpl.h) on panels
  * packed by pack_amx_a and pack_amx_b. C goes straight from the tiles to
  * memory when alpha is 1 and beta 0 without a bias (the usual case), and
  * when alpha and beta are 1 (every piece of K after the first), which
