@@ -571,35 +571,41 @@ AMX_TARGET static void ukr_amx(int64_t kc, const float *pa, const float *pb, flo
         }
 }
 
-/* {mr, nr, mc, kc, nc, kernel, packings, short tiles}. A kc x nr panel of B is reused
- * across a whole mc-row block of A (mc x kc, kept in the 1 MiB L2); nc
- * bounds the packed slice of B the threads share. Float AVX-512 goes 512
- * deep: its B panel (64 KiB) then streams from L2 rather than sitting in
- * L1, but the 384- and 512-deep products of a Transformer write C once
- * instead of twice, 1-2% faster on Zen 4. There (512-bit FMAs issued as
- * two 256-bit halves) the AVX2 kernel is nearly as fast as the AVX-512 one. */
+/* The micro-kernels' tables. A kc x nr panel of B is reused across a
+ * whole mc-row block of A (mc x kc, kept in the 1 MiB L2); nc bounds the
+ * packed slice of B the threads share. Float AVX-512 goes 512 deep: its B
+ * panel (64 KiB) then streams from L2 rather than sitting in L1, but the
+ * 384- and 512-deep products of a Transformer write C once instead of
+ * twice, 1-2% faster on Zen 4. There (512-bit FMAs issued as two 256-bit
+ * halves) the AVX2 kernel is nearly as fast as the AVX-512 one. */
 static const struct tg__ukr_f32 avx512_f32 = {
-    14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rows_avx2_f32, pack_cols_avx2_f32,
-    {4, 7, 10}, {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}};
+    .mr = 14, .nr = 32, .mc = 168, .kc = 512, .nc = 3072, .fn = ukr_avx512_f32,
+    .pack_rows = pack_rows_avx2_f32, .pack_cols = pack_cols_avx2_f32,
+    .short_rows = {4, 7, 10},
+    .short_fn = {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}};
 static const struct tg__ukr_f64 avx512_f64 = {
-    14, 16, 112, 256, 2048, ukr_avx512_f64, NULL, NULL, {0}, {NULL}};
+    .mr = 14, .nr = 16, .mc = 112, .kc = 256, .nc = 2048, .fn = ukr_avx512_f64};
 static const struct tg__ukr_f32 avx2_f32 = {
-    6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rows_avx2_f32, pack_cols_avx2_f32, {0}, {NULL}};
+    .mr = 6, .nr = 16, .mc = 144, .kc = 256, .nc = 3072, .fn = ukr_avx2_f32,
+    .pack_rows = pack_rows_avx2_f32, .pack_cols = pack_cols_avx2_f32};
 static const struct tg__ukr_f64 avx2_f64 = {
-    6, 8, 96, 256, 2048, ukr_avx2_f64, NULL, NULL, {0}, {NULL}};
+    .mr = 6, .nr = 8, .mc = 96, .kc = 256, .nc = 2048, .fn = ukr_avx2_f64};
 
 /* The bfloat16 tables: vdpbf16ps on pairs, 14 x 32 tiles as the float32
  * AVX-512 kernel; the converting ones are the float32 kernels on rounded
  * panels. */
 static const struct tg__ukr_bf16 avx512_dpbf16 = {
-    14, 32, 168, 512, 3072, ukr_dpbf16_14, pack_pairs, pack_pairs, pack_pair_rows, 2, NULL, NULL,
-    {4, 7, 10}, {ukr_dpbf16_4, ukr_dpbf16_7, ukr_dpbf16_10}, false};
+    .mr = 14, .nr = 32, .mc = 168, .kc = 512, .nc = 3072, .fn = ukr_dpbf16_14,
+    .pack_a = pack_pairs, .pack_b = pack_pairs, .pack_b_rows = pack_pair_rows, .k_align = 2,
+    .short_rows = {4, 7, 10}, .short_fn = {ukr_dpbf16_4, ukr_dpbf16_7, ukr_dpbf16_10}};
 static const struct tg__ukr_bf16 avx512_converting = {
-    14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rounded, pack_rounded, NULL, 1, NULL, NULL,
-    {4, 7, 10}, {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}, false};
+    .mr = 14, .nr = 32, .mc = 168, .kc = 512, .nc = 3072, .fn = ukr_avx512_f32,
+    .pack_a = pack_rounded, .pack_b = pack_rounded, .k_align = 1,
+    .short_rows = {4, 7, 10},
+    .short_fn = {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}};
 static const struct tg__ukr_bf16 avx2_converting = {
-    6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rounded, pack_rounded, NULL, 1, NULL, NULL,
-    {0}, {NULL}, false};
+    .mr = 6, .nr = 16, .mc = 144, .kc = 256, .nc = 3072, .fn = ukr_avx2_f32,
+    .pack_a = pack_rounded, .pack_b = pack_rounded, .k_align = 1};
 
 /* AMX: 32 x 32 tiles of C, which stay in the tiles for up to 2048 of K
  * (the driver's slice): C then leaves the tiles once per slice. Its
@@ -613,8 +619,9 @@ static const struct tg__ukr_bf16 avx2_converting = {
  * 384 deep (24 KiB) stays in L1 for the whole row; down the panels of B
  * instead, 2048x1152x384 and 2048x1536x384 ran at 0.3-0.5 of that speed. */
 static const struct tg__ukr_bf16 amx_bf16 = {
-    32, 32, 192, 2048, 3072, ukr_amx, pack_amx_a, pack_amx_b, pack_pair_rows, 32, amx_begin, amx_end,
-    {0}, {NULL}, true};
+    .mr = 32, .nr = 32, .mc = 192, .kc = 2048, .nc = 3072, .fn = ukr_amx,
+    .pack_a = pack_amx_a, .pack_b = pack_amx_b, .pack_b_rows = pack_pair_rows, .k_align = 32,
+    .begin = amx_begin, .end = amx_end, .rows_outer = true};
 
 bool tg__gemm_has_amx(void)
 {
