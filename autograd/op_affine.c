@@ -282,9 +282,9 @@ static int gelu_affine_block(tg_node *n, const tg_tensor *hb, const char *gb,
  * at once: dh = (g w) * GELU'(h) with GELU(h) made in the same pass, then
  * dw and dbias from one pass of the packed kernel over g. GELU(h) is held
  * whole for that product: a second buffer at h's size for a moment, which
- * the 4.8 GFLOP of a gpt-medium MLP's backward pays back in time (0.8 ms
- * of 26, against blocks whose dw OpenBLAS accumulates and whose bias
- * gradient is a separate column sum). 0, or -1 when out of memory. */
+ * a gpt-medium MLP's backward (4.8 GFLOP) pays back in time against blocks
+ * whose dw OpenBLAS accumulates and whose bias gradient is a separate
+ * column sum. 0, or -1 when out of memory. */
 static int gelu_affine_whole(tg_node *n, const tg_tensor *hc, const tg_tensor *gc,
                              const tg_tensor *wc, tg_tensor *dh, tg_tensor *dw, tg_tensor **db)
 {

@@ -369,9 +369,9 @@ static const struct tg__ukr_f32 *simd_kernel_f32(void)
 /* Whether OpenBLAS's kernels for this CPU are as wide as the built-in
  * ones: OpenBLAS picks them by CPU model, and on a CPU it does not know it
  * falls back to narrower ones (0.3.21 runs its SSE3 "Prescott" kernels on
- * an Intel Xeon of model 207, where its A^T products ran at 14-30 GFLOP/s
- * against the packed kernel's 87-142 on one thread, and its AVX2 ones on
- * AMD Zen 5). Core names as openblas_get_corename() gives them. */
+ * an Intel Xeon of model 207, where its A^T products fall several times
+ * behind the packed kernel, and its AVX2 ones on AMD Zen 5). Core names as
+ * openblas_get_corename() gives them. */
 static bool blas_as_wide_as_builtin(void)
 {
     static const char *const avx512_cores[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
@@ -418,8 +418,8 @@ int tg__sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
      * where OpenBLAS zeroes it first). OpenBLAS keeps the A^T B products
      * that tg__sgemm_weight_grads does not take when its kernels for this
      * CPU are as wide as the built-in ones: there the packed kernel is
-     * level with it from 384 rows of A^T, and a tied head's 65 x 384 x 2048
-     * ran at 179 GFLOP/s in OpenBLAS against its 142. Where OpenBLAS runs
+     * level with it from 384 rows of A^T and behind it on a tied head's
+     * 65 x 384 x 2048 (bench/results). Where OpenBLAS runs
      * narrower kernels than the CPU has, the built-in ones take them too. */
     if (simd_kernel_f32() && (!trans_a || !tg__gemm_blas_takes_transposed_a()))
         return tg__sgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

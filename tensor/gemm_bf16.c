@@ -133,9 +133,9 @@ static bool path_available(enum tg__bf16_path path)
 /* Whether vdpbf16ps outruns the float32 FMAs that the converting path
  * runs by enough to pay for its packing: the best of three short register
  * loops each (about 0.1 ms in all). On AMD Zen 4 and 5 a vdpbf16ps does
- * twice an FMA's work at the same rate; on this Intel Xeon (KVM, model
- * 167, with AMX) it ran at half the FMA's 240 GFLOP/s per core, where the
- * float32 kernel on rounded panels is faster. */
+ * twice an FMA's work at the same rate; on an Intel Xeon with AMX (model
+ * 167) it runs at half the FMAs' rate, where the float32 kernel on rounded
+ * panels is faster. */
 #define PEAK_ITERS 1000
 static bool dpbf16_pays(void)
 {

@@ -610,10 +610,9 @@ static const struct tg__ukr_bf16 avx2_converting = {
 /* AMX: 32 x 32 tiles of C, which stay in the tiles for up to 2048 of K
  * (the driver's slice): C then leaves the tiles once per slice. Its
  * round trips cost more than the tile loads' misses in L1 that so deep a
- * panel of A or B brings (each 128 KiB, from L2): paired runs on one core,
- * 1024^3 at 777 GFLOP/s against 636 with 512-deep pieces, 2048x384x1536
- * 692 against 557 (medians); on two threads 1024^3 best 1307 against 1008,
- * and 256 or 384 deep ran 10-25% slower still. A block of 192 rows of A
+ * panel of A or B brings (each 128 KiB, from L2): 2048 deep outran 512 deep
+ * on one core and on two, and 256 or 384 deep were slower still (the
+ * figures are in bench/results). A block of 192 rows of A
  * (768 KiB) stays in L2. The tiles go along the rows of C (rows_outer):
  * C is then written as 32 streams front to back, and a panel of A up to
  * 384 deep (24 KiB) stays in L1 for the whole row; down the panels of B
