@@ -239,9 +239,22 @@ START_TEST(train_on_builtin_task_logs_saves_and_reports_accuracy)
 }
 END_TEST
 
+/* The loss axis's labels, the texts anchored at their end, into v[]: how
+ * many (at most max). */
+static int svg_loss_labels(const char *svg, double *v, int max)
+{
+    int n = 0;
+    const char *tag = "text-anchor=\"end\">";
+    for (const char *at = strstr(svg, tag); at && n < max; at = strstr(at + 1, tag))
+        ck_assert_int_eq(sscanf(at + strlen(tag), "%lf", &v[n++]), 1);
+    return n;
+}
+
 START_TEST(svg_has_axes_labels_and_both_curves)
 {
     ck_assert_int_eq(run("train --config tiny --steps 4 --batch 4 --eval-every 2 --svg c.svg"), 0);
+    char final[32];
+    final_loss(final);
     char path[128], svg[8192];
     snprintf(path, sizeof path, "%s/c.svg", dir);
     FILE *f = fopen(path, "r");
@@ -255,6 +268,20 @@ START_TEST(svg_has_axes_labels_and_both_curves)
     ck_assert(strstr(svg, ">validation</text>") != NULL);
     const char *first = strstr(svg, "<polyline");
     ck_assert(first != NULL && strstr(first + 1, "<polyline") != NULL);
+    /* the loss on a log scale: a label at each decade, from one below the
+     * last loss to one above it */
+    double label[16];
+    int n_labels = svg_loss_labels(svg, label, 16);
+    ck_assert_int_ge(n_labels, 2);
+    for (int i = 0; i < n_labels; i++) {
+        double decade = log10(label[i]);
+        ck_assert_msg(fabs(decade - round(decade)) < 1e-9, "label %g is not a power of ten:\n%s",
+                      label[i], svg);
+        if (i)
+            ck_assert_double_eq_tol(label[i] / label[i - 1], 10, 1e-9);
+    }
+    ck_assert_double_le(label[0], atof(final));
+    ck_assert_double_ge(label[n_labels - 1], atof(final));
 }
 END_TEST
 
