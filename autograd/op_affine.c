@@ -5,8 +5,13 @@
  * the output rows start as copies of the bias and the GEMM adds the product
  * onto them. Either way there is no separate bias pass and no product kept
  * apart from the output. Backward: dx = dy @ weight, dweight = dy^T @ x (summed
- * over every leading dim), dbias = dy summed over the rows. The GEMMs are in
- * tensor/gemm*.c, the bias rows in tensor/affine_kernels.c. */
+ * over every leading dim), dbias = dy summed over the rows.
+ *
+ * kernels: tensor/gemm*.c, the bias rows in tensor/affine_kernels.c;
+ * fused: tg_gelu_affine and tg_layer_norm_affine here, tg_rms_norm_affine
+ * (op_rms_norm.c) and tg_swiglu_affine (op_swiglu.c) through affine.h;
+ * gradcheck: tests/cases_matmul.c affine_*, gelu_affine_*,
+ * layer_norm_affine_*; module: nn/linear.c tg_linear, nn/gpt.c's blocks. */
 #include "affine.h"
 #include "affine_kernels.h"
 #include "gemm.h"
