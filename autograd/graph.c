@@ -14,12 +14,26 @@ static TG_TLS void *observer_user;
 static TG_TLS int64_t visit_mark;
 
 static const char *const op_names[] = {
-#define TG_OP(name, text) text,
+#define TG_OP(name, text, props) text,
 #include <tensorgrad/ops.def>
 #undef TG_OP
 };
 _Static_assert(sizeof op_names / sizeof op_names[0] == TG_OP_COUNT,
                "op_names must follow ops.def");
+
+/* What the graph knows of each op: ops.def's props column. */
+enum { READS_INPUTS = 1, MAKES_INF = 2, TAKES_BF16 = 4 };
+static const unsigned char op_props[] = {
+#define TG_OP(name, text, props) [TG_OP_##name] = (props),
+#include <tensorgrad/ops.def>
+#undef TG_OP
+};
+_Static_assert(sizeof op_props == TG_OP_COUNT, "op_props must follow ops.def");
+
+static bool op_has(tg_op op, unsigned prop)
+{
+    return op_props[op] & prop;
+}
 
 const char *tg_op_name(tg_op op)
 {
@@ -144,7 +158,7 @@ static bool anomalous_output(const tg_tensor *out, tg_op op, int n,
     if (!found)
         return false;
     if (!(found & HAS_NAN)) {
-        if (op == TG_OP_MASKED_FILL)
+        if (op_has(op, MAKES_INF))
             return false;
         double v;
         int64_t i;
@@ -194,13 +208,13 @@ static bool released_input(tg_op op, int n, const tg_tensor *const *inputs)
     return false;
 }
 
-/* bfloat16 is a storage type: tg_to_dtype is the one op that takes it.
- * Ops of float math refuse it as they check their inputs (tg__check_float);
- * the rest (views, concat), whose work is the same for any element size,
- * are refused here, before their output is handed out. */
+/* bfloat16 is a storage type: tg_to_dtype is the one op that takes it
+ * (TAKES_BF16). Ops of float math refuse it as they check their inputs
+ * (tg__check_float); the rest (views, concat), whose work is the same for
+ * any element size, are refused here, before their output is handed out. */
 static bool bf16_input(tg_op op, int n, const tg_tensor *const *inputs)
 {
-    if (op == TG_OP_TO_DTYPE)
+    if (op_has(op, TAKES_BF16))
         return false;
     for (int i = 0; i < n; i++) {
         if (inputs[i] && inputs[i]->dtype == TG_BFLOAT16) {
@@ -265,27 +279,6 @@ bool tg__needs_grad(int n, const tg_tensor *const *inputs)
     return false;
 }
 
-/* Whether op's backward reads the data of its inputs (rather than their
- * shapes, or what it saved). Inputs made by other ops are kept as husks
- * (tg__husk) by the ops listed here, so that a bias add does not keep the
- * product it was given alive until backward. An op missing from the list
- * keeps its inputs whole; the gradient checks run every op on inputs made
- * by another op, so an op listed wrongly fails them. */
-static bool reads_input_data(tg_op op)
-{
-    switch (op) {
-    case TG_OP_ADD: case TG_OP_SUB: case TG_OP_NEG: case TG_OP_ADD_SCALAR:
-    case TG_OP_MUL_SCALAR: case TG_OP_EXP: case TG_OP_SQRT: case TG_OP_TANH:
-    case TG_OP_SIGMOID: case TG_OP_TO_DTYPE: case TG_OP_SUM: case TG_OP_MEAN:
-    case TG_OP_TRANSPOSE: case TG_OP_PERMUTE: case TG_OP_RESHAPE: case TG_OP_NARROW:
-    case TG_OP_EXPAND: case TG_OP_CONCAT: case TG_OP_CONTIGUOUS: case TG_OP_SOFTMAX:
-    case TG_OP_LOG_SOFTMAX: case TG_OP_MASKED_FILL: case TG_OP_DROPOUT: case TG_OP_ROPE:
-        return false;
-    default:
-        return true;
-    }
-}
-
 static size_t node_size(int n)
 {
     return sizeof(tg_node) + (size_t)n * (sizeof(tg_tensor *) + sizeof(uint64_t) + sizeof(bool));
@@ -334,7 +327,7 @@ tg_tensor *tg__finish(tg_tensor *out, tg_op op, tg_backward_fn backward, int n,
     node->inputs = in;
     node->input_versions = versions;
     node->needs = needs;
-    bool husks = !reads_input_data(op);
+    bool husks = !op_has(op, READS_INPUTS);
     for (int i = 0; i < n; i++) {
         /* a leaf stays whole: its .grad is where backward accumulates */
         tg_tensor *h = husks && inputs[i] && inputs[i]->node ? tg__husk(inputs[i]) : NULL;
@@ -529,7 +522,7 @@ static int check_version(const tg_node *node, const tg_tensor *t, const char *wh
 /* The data node's backward reads is as the op saw it: a compare per tensor. */
 static int check_versions(const tg_node *node)
 {
-    if (reads_input_data(node->op)) /* otherwise only the inputs' shapes matter */
+    if (op_has(node->op, READS_INPUTS)) /* otherwise only the inputs' shapes matter */
         for (int i = 0; i < node->n_inputs; i++)
             if (check_version(node, node->inputs[i], "input", i, node->input_versions[i]) < 0)
                 return -1;

@@ -5,8 +5,13 @@
  * the output rows start as copies of the bias and the GEMM adds the product
  * onto them. Either way there is no separate bias pass and no product kept
  * apart from the output. Backward: dx = dy @ weight, dweight = dy^T @ x (summed
- * over every leading dim), dbias = dy summed over the rows. The GEMMs are in
- * tensor/gemm*.c, the bias rows in tensor/affine_kernels.c. */
+ * over every leading dim), dbias = dy summed over the rows.
+ *
+ * kernels: tensor/gemm*.c, the bias rows in tensor/affine_kernels.c;
+ * fused: tg_gelu_affine and tg_layer_norm_affine here, tg_rms_norm_affine
+ * (op_rms_norm.c) and tg_swiglu_affine (op_swiglu.c) through affine.h;
+ * gradcheck: tests/cases_matmul.c affine_*, gelu_affine_*,
+ * layer_norm_affine_*; module: nn/linear.c tg_linear, nn/gpt.c's blocks. */
 #include "affine.h"
 #include "affine_kernels.h"
 #include "gemm.h"
@@ -282,9 +287,9 @@ static int gelu_affine_block(tg_node *n, const tg_tensor *hb, const char *gb,
  * at once: dh = (g w) * GELU'(h) with GELU(h) made in the same pass, then
  * dw and dbias from one pass of the packed kernel over g. GELU(h) is held
  * whole for that product: a second buffer at h's size for a moment, which
- * the 4.8 GFLOP of a gpt-medium MLP's backward pays back in time (0.8 ms
- * of 26, against blocks whose dw OpenBLAS accumulates and whose bias
- * gradient is a separate column sum). 0, or -1 when out of memory. */
+ * a gpt-medium MLP's backward (4.8 GFLOP) pays back in time against blocks
+ * whose dw OpenBLAS accumulates and whose bias gradient is a separate
+ * column sum. 0, or -1 when out of memory. */
 static int gelu_affine_whole(tg_node *n, const tg_tensor *hc, const tg_tensor *gc,
                              const tg_tensor *wc, tg_tensor *dh, tg_tensor *dw, tg_tensor **db)
 {

@@ -4,7 +4,14 @@
  * what the graph keeps for the backward. tg_attention takes q, k and v (k
  * and v may hold fewer heads, each shared by a group of q's);
  * tg_attention_qkvpacked takes the one [B, T, 3 H E] projection they come
- * from, and its backward writes the three gradients into one. */
+ * from, and its backward writes the three gradients into one.
+ *
+ * kernels: tensor/attention_tiles.c, tensor/attention_rows.c,
+ * tensor/dropout_mask.h; fused: tg_attention_qkvpacked here, the unfused
+ * form (matmul, masked_fill, softmax, dropout) in nn/sdpa.c; gradcheck:
+ * tests/cases_sdpa_fused.c attention_*; module: nn/sdpa.c
+ * tg_scaled_dot_product_attention, nn/attention.c tg_mha, nn/gpt.c,
+ * nn/llama.c, nn/decoder_cache.c; tests: tests/test_attention_*.c. */
 #include "attention_tiles.h"
 #include "dropout_mask.h"
 #include "graph.h"

@@ -1,6 +1,10 @@
 /* Embedding lookup: rows of a weight table picked by int64 indices. The
  * backward scatters the output gradient back into the picked rows, adding
- * where an index repeats. */
+ * where an index repeats.
+ *
+ * kernels: tensor/index_kernels.c; fused: none; gradcheck:
+ * tests/cases_nn.c embedding_*; module: nn/embedding.c
+ * tg_embedding_module (the GPT's token and position tables), nn/llama.c. */
 #include "graph.h"
 #include "index_kernels.h"
 

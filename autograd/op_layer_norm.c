@@ -1,7 +1,11 @@
 /* Layer normalisation over the trailing dims of x, with optional elementwise
  * weight and bias: a fused forward that saves each row's mean and 1/std, and
- * the fused backward that reuses them instead of a chain of small ops. The
- * row arithmetic is in tensor/layer_norm_kernels.c. */
+ * the fused backward that reuses them instead of a chain of small ops.
+ *
+ * kernels: tensor/layer_norm_kernels.c; fused: tg_layer_norm_affine
+ * (op_affine.c, through layer_norm.h); gradcheck: tests/cases_nn.c
+ * layer_norm_*, tests/cases_matmul.c layer_norm_affine_*; module: nn/norm.c
+ * tg_layer_norm_module (the GPT, encoder and decoder blocks). */
 #include "graph.h"
 #include "layer_norm.h"
 #include "layer_norm_kernels.h"

@@ -1,6 +1,11 @@
 /* The losses: cross-entropy as one fused log-softmax + NLL over class logits,
  * and mean squared error. Both reduce to a 0-dim mean and accumulate in
- * double whatever the dtype. The row arithmetic is in tensor/loss_kernels.c. */
+ * double whatever the dtype.
+ *
+ * kernels: tensor/loss_kernels.c; fused: cross-entropy is log_softmax and
+ * NLL in one (op_softmax.c has the op alone); gradcheck: tests/cases_nn.c
+ * cross_entropy*, mse_loss_*; module: nn/gpt.c and nn/llama.c (their
+ * forward with targets). */
 #include "graph.h"
 #include "loss_kernels.h"
 

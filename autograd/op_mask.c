@@ -1,7 +1,11 @@
 /* The ops that hide elements: masked_fill (attention masks, -inf before a
  * softmax) and inverted dropout. Both pass the gradient through where an
- * element is kept and stop it where it is hidden. The elementwise passes are
- * in tensor/mask_kernels.c. */
+ * element is kept and stop it where it is hidden.
+ *
+ * kernels: tensor/mask_kernels.c; fused: both inside tg_attention
+ * (op_attention.c); gradcheck: tests/cases_attention.c masked_fill_*,
+ * dropout_*; module: nn/dropout.c tg_dropout_module, nn/sdpa.c (the
+ * unfused attention), nn/transformer.c's masks. */
 #include "graph.h"
 #include "mask_kernels.h"
 

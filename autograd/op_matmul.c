@@ -1,7 +1,10 @@
 /* tg_matmul: torch.matmul's shape rules (1-D operands, broadcast batch
  * dims), a batch loop of GEMM calls that reads transposed operands in place,
- * and the backward dA = dC @ B^T, dB = A^T @ dC. The batch loop is in
- * tensor/matmul_kernels.c. */
+ * and the backward dA = dC @ B^T, dB = A^T @ dC.
+ *
+ * kernels: tensor/matmul_kernels.c over tensor/gemm.c; fused: with a
+ * bias as tg_affine (op_affine.c); gradcheck: tests/cases_matmul.c
+ * matmul_*; module: nn/sdpa.c (the unfused attention). */
 #include "graph.h"
 #include "matmul_kernels.h"
 #include "saved_bf16.h"

@@ -1,6 +1,12 @@
 /* Pointwise ops: arithmetic with broadcasting, the activations, and dtype
  * conversion. Each op is its check, its forward kernel call and its
- * backward, side by side. */
+ * backward, side by side.
+ *
+ * kernels: tensor/pointwise.c (kernels.h); fused: GELU in tg_gelu_affine
+ * (op_affine.c), SiLU in tg_swiglu (op_swiglu.c); gradcheck:
+ * tests/cases_pointwise.c, one case or more named for each op; module:
+ * nn/layer_parts.c (the feed-forward's activation), the residual adds of
+ * every block. */
 #include "graph.h"
 #include "kernels.h"
 

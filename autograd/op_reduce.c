@@ -1,5 +1,10 @@
 /* Reductions: sum and mean over chosen dims, and max along one dim with its
- * indices. Backward spreads the gradient back over the reduced dims. */
+ * indices. Backward spreads the gradient back over the reduced dims.
+ *
+ * kernels: tensor/reduce.c, tensor/index_kernels.c (max and its
+ * backward's scatter); fused: none; gradcheck: tests/cases_reduce.c sum_*,
+ * mean_*, max_*; module: nn/attention.c (the heads' mean of the weights),
+ * nn/dist.c. */
 #include "graph.h"
 #include "index_kernels.h"
 #include "kernels.h"

@@ -1,7 +1,11 @@
 /* RMS normalisation over the last dim (Llama's RMSNorm) with an optional
  * weight, and its fusion into the affine map that follows it, which keeps
- * only x for backward. The row arithmetic is in tensor/rms_norm_kernels.c,
- * the product in op_affine.c. */
+ * only x for backward; the product is op_affine.c's.
+ *
+ * kernels: tensor/rms_norm_kernels.c; fused: tg_rms_norm_affine here;
+ * gradcheck: tests/cases_nn.c rms_norm_*, tests/cases_matmul.c
+ * rms_norm_affine_*; module: nn/norm.c tg_rms_norm_module, nn/llama.c
+ * (before q, k, v and gate, up); tests: tests/test_rms_swiglu.c. */
 #include "affine.h"
 #include "graph.h"
 #include "rms_norm_kernels.h"

@@ -1,7 +1,11 @@
 /* Rotary position embeddings: the table of cos and sin that tg_rope reads,
  * shared between calls and threads and counted so that a graph outlives
  * its owner's free, and the op itself, whose backward is the inverse
- * rotation. The arithmetic is in tensor/rope_kernels.c. */
+ * rotation.
+ *
+ * kernels: tensor/rope_kernels.c; fused: none; gradcheck:
+ * tests/cases_rope.c rope_*; module: nn/llama.c (q and k of every layer);
+ * tests: tests/test_rope.c. */
 #include "graph.h"
 #include "rope_kernels.h"
 

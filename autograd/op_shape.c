@@ -1,6 +1,10 @@
 /* View ops and joins: transpose, permute, reshape, narrow, expand,
  * squeeze/unsqueeze, concat and contiguous. Views share storage; backward
- * puts each gradient element back where its view element came from. */
+ * puts each gradient element back where its view element came from.
+ *
+ * kernels: none but the strided copy of tensor/tensor.c (tg__contiguous);
+ * fused: none; gradcheck: tests/cases_shape.c; module: every one
+ * (splitting and merging heads in nn/attention.c, nn/gpt.c, nn/llama.c). */
 #include "graph.h"
 
 #include <string.h>

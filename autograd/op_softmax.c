@@ -1,7 +1,11 @@
 /* softmax and log_softmax along one dim, for any layout: each slice along
  * the dim (a "row") is normalised on its own, max first so exp never
  * overflows. A row that is entirely -inf (every key masked) is defined here.
- * The row arithmetic is in tensor/softmax_kernels.c. */
+ *
+ * kernels: tensor/softmax_kernels.c; fused: inside tg_attention
+ * (op_attention.c) and tg_cross_entropy (op_loss.c); gradcheck:
+ * tests/cases_attention.c softmax_*, log_softmax_*; module: nn/sdpa.c (the
+ * unfused attention). */
 #include "graph.h"
 #include "softmax_kernels.h"
 

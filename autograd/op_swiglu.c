@@ -1,7 +1,12 @@
 /* SwiGLU's product silu(gate) * up, and its fusion into the affine map that
  * follows it (a Llama MLP's down projection), which keeps only gate and up
- * for backward and makes the product again there. The elementwise
- * arithmetic is in tensor/swiglu_kernels.c, the product in op_affine.c. */
+ * for backward and makes the product again there; the product is
+ * op_affine.c's.
+ *
+ * kernels: tensor/swiglu_kernels.c; fused: tg_swiglu_affine here;
+ * gradcheck: tests/cases_nn.c swiglu_*, tests/cases_matmul.c
+ * swiglu_affine_*; module: nn/llama.c (the MLP); tests:
+ * tests/test_rms_swiglu.c. */
 #include "affine.h"
 #include "gemm.h"
 #include "graph.h"

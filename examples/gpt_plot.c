@@ -1,5 +1,6 @@
 /* The loss curve gpt train draws (gpt_plot.h): SVG written by hand, train
- * and validation loss against the step. */
+ * and validation loss against the step, the loss on a log scale so that the
+ * late steps, which move it by a fraction of its first value, stay visible. */
 #include "gpt_plot.h"
 
 #include <errno.h>
@@ -7,13 +8,47 @@
 #include <stdio.h>
 #include <string.h>
 
-static void svg_polyline(FILE *f, const double *v, int64_t n, double ymax, const char *color)
+/* A loss near 1e-8 is as good as learned; decades below it would squeeze
+ * the rest of the curve. */
+#define MAX_DECADES 8
+
+/* The loss axis as powers of ten, [10^*lo, 10^*hi]: the decades that hold
+ * every finite positive value of loss and val, at most MAX_DECADES. */
+static void loss_decades(const double *loss, const double *val, int64_t n, int *lo, int *hi)
+{
+    double vmin = INFINITY, vmax = 0;
+    for (int64_t i = 0; i < 2 * n; i++) {
+        double v = i < n ? loss[i] : val[i - n];
+        if (isfinite(v) && v > 0)
+            vmin = fmin(vmin, v), vmax = fmax(vmax, v);
+    }
+    if (vmax == 0) { /* nothing to place: one decade from 1 */
+        *lo = 0, *hi = 1;
+        return;
+    }
+    *hi = (int)ceil(log10(vmax));
+    *lo = (int)floor(log10(vmin));
+    if (*lo == *hi)
+        *hi = *lo + 1;
+    if (*lo < *hi - MAX_DECADES)
+        *lo = *hi - MAX_DECADES;
+}
+
+/* The picture's y of loss v: 330 at 10^lo, 30 at 10^hi; values outside
+ * (0 and below, or past the cut-off) sit on the edge. */
+static double loss_y(double v, int lo, int hi)
+{
+    double d = v > 0 ? fmin(fmax(log10(v), lo), hi) : lo;
+    return 330 - 300 * (d - lo) / (hi - lo);
+}
+
+static void svg_polyline(FILE *f, const double *v, int64_t n, int lo, int hi, const char *color)
 {
     fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
     for (int64_t i = 0; i < n; i++)
         if (!isnan(v[i]))
             fprintf(f, "%.1f,%.1f ", 60 + 560.0 * (double)(i + 1) / (double)n,
-                    330 - 300 * fmin(v[i], ymax) / ymax);
+                    loss_y(v[i], lo, hi));
     fprintf(f, "\"/>\n");
 }
 
@@ -22,26 +57,26 @@ int gpt_write_loss_svg(const char *path, const double *loss, const double *val, 
     FILE *f = fopen(path, "w");
     if (!f)
         return fprintf(stderr, "gpt: cannot write %s: %s\n", path, strerror(errno)), 1;
-    double ymax = 0;
-    for (int64_t i = 0; i < n; i++)
-        ymax = fmax(ymax, fmax(loss[i], isnan(val[i]) ? 0 : val[i]));
-    ymax = ymax > 0 ? ceil(ymax) : 1;
+    int lo, hi;
+    loss_decades(loss, val, n, &lo, &hi);
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"380\" "
                "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"640\" "
-               "height=\"380\" fill=\"white\"/>\n<path d=\"M60,30 V330 H620\" stroke=\"black\" "
-               "fill=\"none\"/>\n");
-    for (int k = 0; k <= 5; k++) {
-        double y = 330 - 60.0 * k, x = 60 + 112.0 * k;
-        fprintf(f, "<text x=\"54\" y=\"%.0f\" text-anchor=\"end\">%.2f</text>\n", y + 4,
-                ymax * k / 5);
-        fprintf(f, "<text x=\"%.0f\" y=\"346\" text-anchor=\"middle\">%lld</text>\n", x,
-                (long long)(n * k / 5));
+               "height=\"380\" fill=\"white\"/>\n");
+    for (int k = lo; k <= hi; k++) { /* a label and a faint line at each decade */
+        double y = loss_y(pow(10, k), lo, hi);
+        fprintf(f, "<path d=\"M60,%.1f H620\" stroke=\"#dddddd\"/>\n", y);
+        fprintf(f, "<text x=\"54\" y=\"%.0f\" text-anchor=\"end\">%g</text>\n", y + 4,
+                pow(10, k));
     }
-    svg_polyline(f, loss, n, ymax, "#1f77b4");
-    svg_polyline(f, val, n, ymax, "#d62728");
+    fprintf(f, "<path d=\"M60,30 V330 H620\" stroke=\"black\" fill=\"none\"/>\n");
+    for (int k = 0; k <= 5; k++)
+        fprintf(f, "<text x=\"%.0f\" y=\"346\" text-anchor=\"middle\">%lld</text>\n",
+                60 + 112.0 * k, (long long)(n * k / 5));
+    svg_polyline(f, loss, n, lo, hi, "#1f77b4");
+    svg_polyline(f, val, n, lo, hi, "#d62728");
     fprintf(f, "<text x=\"340\" y=\"372\" text-anchor=\"middle\">step</text>\n"
                "<text x=\"16\" y=\"180\" transform=\"rotate(-90 16 180)\" "
-               "text-anchor=\"middle\">cross-entropy loss</text>\n"
+               "text-anchor=\"middle\">cross-entropy loss (log scale)</text>\n"
                "<text x=\"440\" y=\"24\" fill=\"#1f77b4\">train</text>\n"
                "<text x=\"500\" y=\"24\" fill=\"#d62728\">validation</text>\n</svg>\n");
     return fclose(f) == 0 ? 0 : 1;

@@ -486,7 +486,7 @@ typedef struct {
     kv_cache *caches;
 } generation;
 
-/* tg__decoder's step: tokens [T] at positions pos0.. through the model with
+/* tg__gen_stepper's step: tokens [T] at positions pos0.. through the model with
  * the caches, the logits of the last one to row [vocab]. */
 static int next_logits(void *model, const int64_t *tokens, int64_t T, int64_t pos0, double *row)
 {
@@ -520,8 +520,8 @@ int tg_gpt_generate_each(tg_gpt *m, const int64_t *prompt, int64_t prompt_len, i
     TG_CHECK_ARG_STATUS(opts);
     TG_CHECK_ARG_STATUS(out);
     generation g = {m, NULL};
-    tg__decoder d = {"tg_gpt_generate", m->config.vocab_size, m->config.block_size,
-                     next_logits, &g};
+    tg__gen_stepper d = {.fn = "tg_gpt_generate", .vocab_size = m->config.vocab_size,
+                         .block_size = m->config.block_size, .step = next_logits, .model = &g};
     int rc = tg__generate(&d, prompt, prompt_len, n, opts, rng, out, on_token, ctx);
     free_caches(g.caches, m->config.n_layer);
     return rc;

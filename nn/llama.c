@@ -468,7 +468,7 @@ typedef struct {
     tg_llama_cache *cache;
 } generation;
 
-/* tg__decoder's step: tokens [T] at positions pos0.. of the cache, whose
+/* tg__gen_stepper's step: tokens [T] at positions pos0.. of the cache, whose
  * positions from pos0 on are dropped first; the last one's logits to row. */
 static int next_logits(void *model, const int64_t *tokens, int64_t T, int64_t pos0, double *row)
 {
@@ -501,8 +501,8 @@ int tg_llama_generate_each(tg_llama *m, const int64_t *prompt, int64_t prompt_le
     TG_CHECK_ARG_STATUS(opts);
     TG_CHECK_ARG_STATUS(out);
     generation g = {m, NULL};
-    tg__decoder d = {"tg_llama_generate", m->config.vocab_size, m->config.block_size,
-                     next_logits, &g};
+    tg__gen_stepper d = {.fn = "tg_llama_generate", .vocab_size = m->config.vocab_size,
+                         .block_size = m->config.block_size, .step = next_logits, .model = &g};
     int rc = tg__generate(&d, prompt, prompt_len, n, opts, rng, out, on_token, ctx);
     tg_llama_cache_free(g.cache);
     return rc;

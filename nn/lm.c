@@ -52,7 +52,7 @@ int tg__check_targets(const char *fn, const tg_tensor *idx, const tg_tensor *tar
     return 0;
 }
 
-int tg__generate(const tg__decoder *d, const int64_t *prompt, int64_t prompt_len, int64_t n,
+int tg__generate(const tg__gen_stepper *d, const int64_t *prompt, int64_t prompt_len, int64_t n,
                  const tg_sample_options *opts, tg_rng *rng, int64_t *out,
                  int (*on_token)(int64_t token, void *ctx), void *ctx)
 {

@@ -26,7 +26,7 @@ typedef struct {
 } tg__size;
 int tg__check_sizes(const char *fn, const tg__size *sizes, int n);
 
-/* A model as the loop sees it. step runs tokens[0..T) at positions
+/* A model as the generation loop steps it: step runs tokens[0..T) at positions
  * pos0..pos0+T-1, the model's cache holding the window's positions below
  * pos0 (pos0 = 0: start the cache again), adds them to the cache and
  * writes the last position's logits to row [vocab_size]; 0 or -1. */
@@ -35,15 +35,15 @@ typedef struct {
     int64_t vocab_size, block_size;
     int (*step)(void *model, const int64_t *tokens, int64_t T, int64_t pos0, double *row);
     void *model;
-} tg__decoder;
+} tg__gen_stepper;
 
-/* tg_gpt_generate_each's contract for any decoder: checks the request
+/* tg_gpt_generate_each's contract for any stepper: checks the request
  * (tg__sample_check), copies the prompt to out, then appends n tokens, each
  * handed to on_token (may be NULL; nonzero stops, not an error). When the
  * sequence outgrows block_size the window becomes its last block_size
  * tokens and the cache is rebuilt from them (step at pos0 = 0). Runs with
  * grad mode off. 0, or -1 with the error recorded. */
-int tg__generate(const tg__decoder *d, const int64_t *prompt, int64_t prompt_len, int64_t n,
+int tg__generate(const tg__gen_stepper *d, const int64_t *prompt, int64_t prompt_len, int64_t n,
                  const tg_sample_options *opts, tg_rng *rng, int64_t *out,
                  int (*on_token)(int64_t token, void *ctx), void *ctx);
 

@@ -1,6 +1,6 @@
 /* Row-major GEMM on raw buffers (see gemm.h): the small kernels
- * (gemm_small.c), packed SIMD panels (gemm_packed.h, gemm_x86.c) where the
- * CPU allows, the portable blocked kernel of gemm_kernel.h elsewhere, and
+ * (gemm_small.c), packed SIMD panels (gemm_packed_tmpl.h, gemm_x86.c) where the
+ * CPU allows, the portable blocked kernel of gemm_kernel_tmpl.h elsewhere, and
  * cblas_sgemm/cblas_dgemm for what the build's OpenBLAS is ahead on. */
 #include "gemm.h"
 #include "gemm_x86.h"
@@ -44,7 +44,7 @@
 #define UNDER_VALGRIND() 0
 #endif
 
-/* Blocking of the portable kernel (gemm_kernel.h), in elements; the SIMD
+/* Blocking of the portable kernel (gemm_kernel_tmpl.h), in elements; the SIMD
  * kernels carry their own (gemm_x86.c). A KC x NR panel of B
  * (8 KiB in float) sits in L1 while an MC x KC block of A (about 100-200
  * KiB) streams from L2; NC bounds the packed B slice. NT is the width of
@@ -52,7 +52,7 @@
 #define GEMM_KC 256
 #define GEMM_MC 96
 #define GEMM_NC 2048
-/* The vector width the micro-kernel is written for (gemm_kernel.h). */
+/* The vector width the micro-kernel is written for (gemm_kernel_tmpl.h). */
 #if defined(__AVX__)
 #define GEMM_VEC_BYTES 32
 #else
@@ -67,7 +67,7 @@
 #define GEMM_MR 6
 #define GEMM_NR 8
 #define GEMM_NT 128
-#include "gemm_kernel.h"
+#include "gemm_kernel_tmpl.h"
 #undef GEMM_T
 #undef GEMM_FN
 #undef GEMM_MR
@@ -80,7 +80,7 @@
 #define GEMM_MR 6
 #define GEMM_NR 4
 #define GEMM_NT 64
-#include "gemm_kernel.h"
+#include "gemm_kernel_tmpl.h"
 #undef GEMM_T
 #undef GEMM_FN
 #undef GEMM_MR
@@ -90,7 +90,7 @@
 #define GEMM_T float
 #define GEMM_FN(name) name##_f32
 #define GEMM_UKR struct tg__ukr_f32
-#include "gemm_packed.h"
+#include "gemm_packed_tmpl.h"
 #undef GEMM_T
 #undef GEMM_FN
 #undef GEMM_UKR
@@ -98,7 +98,7 @@
 #define GEMM_T double
 #define GEMM_FN(name) name##_f64
 #define GEMM_UKR struct tg__ukr_f64
-#include "gemm_packed.h"
+#include "gemm_packed_tmpl.h"
 #undef GEMM_T
 #undef GEMM_FN
 #undef GEMM_UKR
@@ -369,9 +369,9 @@ static const struct tg__ukr_f32 *simd_kernel_f32(void)
 /* Whether OpenBLAS's kernels for this CPU are as wide as the built-in
  * ones: OpenBLAS picks them by CPU model, and on a CPU it does not know it
  * falls back to narrower ones (0.3.21 runs its SSE3 "Prescott" kernels on
- * an Intel Xeon of model 207, where its A^T products ran at 14-30 GFLOP/s
- * against the packed kernel's 87-142 on one thread, and its AVX2 ones on
- * AMD Zen 5). Core names as openblas_get_corename() gives them. */
+ * an Intel Xeon of model 207, where its A^T products fall several times
+ * behind the packed kernel, and its AVX2 ones on AMD Zen 5). Core names as
+ * openblas_get_corename() gives them. */
 static bool blas_as_wide_as_builtin(void)
 {
     static const char *const avx512_cores[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
@@ -418,8 +418,8 @@ int tg__sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
      * where OpenBLAS zeroes it first). OpenBLAS keeps the A^T B products
      * that tg__sgemm_weight_grads does not take when its kernels for this
      * CPU are as wide as the built-in ones: there the packed kernel is
-     * level with it from 384 rows of A^T, and a tied head's 65 x 384 x 2048
-     * ran at 179 GFLOP/s in OpenBLAS against its 142. Where OpenBLAS runs
+     * level with it from 384 rows of A^T and behind it on a tied head's
+     * 65 x 384 x 2048 (bench/results). Where OpenBLAS runs
      * narrower kernels than the CPU has, the built-in ones take them too. */
     if (simd_kernel_f32() && (!trans_a || !tg__gemm_blas_takes_transposed_a()))
         return tg__sgemm_builtin(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

@@ -64,11 +64,10 @@ int tg__gemm(tg_dtype dtype, bool builtin, bool trans_a, bool trans_b, int64_t m
  * unless the last 512-deep piece of K is under 16 deep (then the vector
  * path); else vdpbf16ps where a register loop shows it at least 1.25x the
  * float32 FMAs (AMD Zen 4 and 5 do twice the work per instruction); else
- * the float32 kernels on rounded panels. On this Intel Xeon (KVM, model
- * 167, 2 cores) vdpbf16ps ran at 120 GFLOP/s a core against the FMAs'
- * 240, and a 1024^3 product on two threads at 204 GFLOP/s against the
- * converting path's 302; AMX ran it at 3-5x the float32 kernel's rate
- * beside it on a loaded machine. There is no BLAS for them. */
+ * the float32 kernels on rounded panels. An Intel Xeon with AMX (model
+ * 167) runs vdpbf16ps at half its FMAs' rate, so the converting path beats
+ * it there, and AMX several times the float32 kernel (the figures are in
+ * bench/results). There is no BLAS for them. */
 int tg__sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                    float *c, int64_t ldc);

@@ -1,6 +1,6 @@
 /* The bfloat16 products (gemm.h): float32 operands rounded to bfloat16 as
  * they are packed, products summed in float32, on the packed driver of
- * gemm_packed.h with gemm_x86.c's bf16 kernels; and tg__gemm_p, which
+ * gemm_packed_tmpl.h with gemm_x86.c's bf16 kernels; and tg__gemm_p, which
  * picks them or the float32 ones by precision. */
 #include "bf16.h"
 #include "gemm.h"
@@ -23,7 +23,7 @@
 #define GEMM_T float
 #define GEMM_FN(name) name##_bf16
 #define GEMM_UKR struct tg__ukr_bf16
-#include "gemm_packed.h"
+#include "gemm_packed_tmpl.h"
 #undef GEMM_T
 #undef GEMM_FN
 #undef GEMM_UKR
@@ -133,9 +133,9 @@ static bool path_available(enum tg__bf16_path path)
 /* Whether vdpbf16ps outruns the float32 FMAs that the converting path
  * runs by enough to pay for its packing: the best of three short register
  * loops each (about 0.1 ms in all). On AMD Zen 4 and 5 a vdpbf16ps does
- * twice an FMA's work at the same rate; on this Intel Xeon (KVM, model
- * 167, with AMX) it ran at half the FMA's 240 GFLOP/s per core, where the
- * float32 kernel on rounded panels is faster. */
+ * twice an FMA's work at the same rate; on an Intel Xeon with AMX (model
+ * 167) it runs at half the FMAs' rate, where the float32 kernel on rounded
+ * panels is faster. */
 #define PEAK_ITERS 1000
 static bool dpbf16_pays(void)
 {

@@ -38,23 +38,23 @@
 #define MK_MUL _mm512_mul_ps
 #define MK_MR 14
 #define MK_NAME ukr_avx512_f32
-#include "gemm_micro.h"
+#include "gemm_micro_tmpl.h"
 #undef MK_MR
 #define MK_MR 4
 #define MK_STRIDE 14
 #define MK_NAME ukr_avx512_f32_rows4
-#include "gemm_micro.h"
+#include "gemm_micro_tmpl.h"
 #undef MK_MR
 #define MK_MR 7
 #define MK_STRIDE 14
 #define MK_NAME ukr_avx512_f32_rows7
-#include "gemm_micro.h"
+#include "gemm_micro_tmpl.h"
 #undef MK_KEEP_TYPE /* the last float one */
 #undef MK_MR
 #define MK_MR 10
 #define MK_STRIDE 14
 #define MK_NAME ukr_avx512_f32_rows10
-#include "gemm_micro.h"
+#include "gemm_micro_tmpl.h"
 
 #undef MK_MR
 #define MK_MR 14
@@ -68,7 +68,7 @@
 #define MK_SET1 _mm512_set1_pd
 #define MK_FMA _mm512_fmadd_pd
 #define MK_MUL _mm512_mul_pd
-#include "gemm_micro.h"
+#include "gemm_micro_tmpl.h"
 #undef MK_TARGET
 #undef MK_MR
 #undef MK_NV
@@ -87,7 +87,7 @@
 #define MK_SET1 _mm256_set1_ps
 #define MK_FMA _mm256_fmadd_ps
 #define MK_MUL _mm256_mul_ps
-#include "gemm_micro.h"
+#include "gemm_micro_tmpl.h"
 
 #define MK_ZERO _mm256_setzero_pd
 #define MK_NAME ukr_avx2_f64
@@ -99,7 +99,7 @@
 #define MK_SET1 _mm256_set1_pd
 #define MK_FMA _mm256_fmadd_pd
 #define MK_MUL _mm256_mul_pd
-#include "gemm_micro.h"
+#include "gemm_micro_tmpl.h"
 #undef MK_TARGET
 #undef MK_MR
 #undef MK_NV
@@ -319,7 +319,7 @@ BF16_TARGET static void pack_pair_rows(const float *src, int64_t ld, int64_t col
             memset(dst + j / width * panel_stride + q * width, 0, sizeof(float) * (size_t)width);
 }
 
-/* C[MR][32] = alpha * pa @ pb + beta * C (bias as gemm_micro.h) on pairs
+/* C[MR][32] = alpha * pa @ pb + beta * C (bias as gemm_micro_tmpl.h) on pairs
  * packed by pack_pairs: pa [kc/2][14] (only its first MR rows read), pb
  * [kc/2][32]. Per pair of k, 2 loads of B, MR broadcasts of a pair of A,
  * 2 MR vdpbf16ps, each 16 lanes x 2 products summed in float32. */
@@ -505,7 +505,7 @@ BF16_TARGET static void pack_amx_b(bool trans, const float *x, int64_t ld, int64
     memset(dst + have * width, 0, sizeof(float) * (size_t)((kp / 2 - have) * width));
 }
 
-/* C[32][32] = alpha * pa @ pb + beta * C (bias as gemm_micro.h) on panels
+/* C[32][32] = alpha * pa @ pb + beta * C (bias as gemm_micro_tmpl.h) on panels
  * packed by pack_amx_a and pack_amx_b. C goes straight from the tiles to
  * memory when alpha is 1 and beta 0 without a bias (the usual case), and
  * when alpha and beta are 1 (every piece of K after the first), which
@@ -571,50 +571,56 @@ AMX_TARGET static void ukr_amx(int64_t kc, const float *pa, const float *pb, flo
         }
 }
 
-/* {mr, nr, mc, kc, nc, kernel, packings, short tiles}. A kc x nr panel of B is reused
- * across a whole mc-row block of A (mc x kc, kept in the 1 MiB L2); nc
- * bounds the packed slice of B the threads share. Float AVX-512 goes 512
- * deep: its B panel (64 KiB) then streams from L2 rather than sitting in
- * L1, but the 384- and 512-deep products of a Transformer write C once
- * instead of twice, 1-2% faster on Zen 4. There (512-bit FMAs issued as
- * two 256-bit halves) the AVX2 kernel is nearly as fast as the AVX-512 one. */
+/* The micro-kernels' tables. A kc x nr panel of B is reused across a
+ * whole mc-row block of A (mc x kc, kept in the 1 MiB L2); nc bounds the
+ * packed slice of B the threads share. Float AVX-512 goes 512 deep: its B
+ * panel (64 KiB) then streams from L2 rather than sitting in L1, but the
+ * 384- and 512-deep products of a Transformer write C once instead of
+ * twice, 1-2% faster on Zen 4. There (512-bit FMAs issued as two 256-bit
+ * halves) the AVX2 kernel is nearly as fast as the AVX-512 one. */
 static const struct tg__ukr_f32 avx512_f32 = {
-    14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rows_avx2_f32, pack_cols_avx2_f32,
-    {4, 7, 10}, {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}};
+    .mr = 14, .nr = 32, .mc = 168, .kc = 512, .nc = 3072, .fn = ukr_avx512_f32,
+    .pack_rows = pack_rows_avx2_f32, .pack_cols = pack_cols_avx2_f32,
+    .short_rows = {4, 7, 10},
+    .short_fn = {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}};
 static const struct tg__ukr_f64 avx512_f64 = {
-    14, 16, 112, 256, 2048, ukr_avx512_f64, NULL, NULL, {0}, {NULL}};
+    .mr = 14, .nr = 16, .mc = 112, .kc = 256, .nc = 2048, .fn = ukr_avx512_f64};
 static const struct tg__ukr_f32 avx2_f32 = {
-    6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rows_avx2_f32, pack_cols_avx2_f32, {0}, {NULL}};
+    .mr = 6, .nr = 16, .mc = 144, .kc = 256, .nc = 3072, .fn = ukr_avx2_f32,
+    .pack_rows = pack_rows_avx2_f32, .pack_cols = pack_cols_avx2_f32};
 static const struct tg__ukr_f64 avx2_f64 = {
-    6, 8, 96, 256, 2048, ukr_avx2_f64, NULL, NULL, {0}, {NULL}};
+    .mr = 6, .nr = 8, .mc = 96, .kc = 256, .nc = 2048, .fn = ukr_avx2_f64};
 
 /* The bfloat16 tables: vdpbf16ps on pairs, 14 x 32 tiles as the float32
  * AVX-512 kernel; the converting ones are the float32 kernels on rounded
  * panels. */
 static const struct tg__ukr_bf16 avx512_dpbf16 = {
-    14, 32, 168, 512, 3072, ukr_dpbf16_14, pack_pairs, pack_pairs, pack_pair_rows, 2, NULL, NULL,
-    {4, 7, 10}, {ukr_dpbf16_4, ukr_dpbf16_7, ukr_dpbf16_10}, false};
+    .mr = 14, .nr = 32, .mc = 168, .kc = 512, .nc = 3072, .fn = ukr_dpbf16_14,
+    .pack_a = pack_pairs, .pack_b = pack_pairs, .pack_b_rows = pack_pair_rows, .k_align = 2,
+    .short_rows = {4, 7, 10}, .short_fn = {ukr_dpbf16_4, ukr_dpbf16_7, ukr_dpbf16_10}};
 static const struct tg__ukr_bf16 avx512_converting = {
-    14, 32, 168, 512, 3072, ukr_avx512_f32, pack_rounded, pack_rounded, NULL, 1, NULL, NULL,
-    {4, 7, 10}, {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}, false};
+    .mr = 14, .nr = 32, .mc = 168, .kc = 512, .nc = 3072, .fn = ukr_avx512_f32,
+    .pack_a = pack_rounded, .pack_b = pack_rounded, .k_align = 1,
+    .short_rows = {4, 7, 10},
+    .short_fn = {ukr_avx512_f32_rows4, ukr_avx512_f32_rows7, ukr_avx512_f32_rows10}};
 static const struct tg__ukr_bf16 avx2_converting = {
-    6, 16, 144, 256, 3072, ukr_avx2_f32, pack_rounded, pack_rounded, NULL, 1, NULL, NULL,
-    {0}, {NULL}, false};
+    .mr = 6, .nr = 16, .mc = 144, .kc = 256, .nc = 3072, .fn = ukr_avx2_f32,
+    .pack_a = pack_rounded, .pack_b = pack_rounded, .k_align = 1};
 
 /* AMX: 32 x 32 tiles of C, which stay in the tiles for up to 2048 of K
  * (the driver's slice): C then leaves the tiles once per slice. Its
  * round trips cost more than the tile loads' misses in L1 that so deep a
- * panel of A or B brings (each 128 KiB, from L2): paired runs on one core,
- * 1024^3 at 777 GFLOP/s against 636 with 512-deep pieces, 2048x384x1536
- * 692 against 557 (medians); on two threads 1024^3 best 1307 against 1008,
- * and 256 or 384 deep ran 10-25% slower still. A block of 192 rows of A
+ * panel of A or B brings (each 128 KiB, from L2): 2048 deep outran 512 deep
+ * on one core and on two, and 256 or 384 deep were slower still (the
+ * figures are in bench/results). A block of 192 rows of A
  * (768 KiB) stays in L2. The tiles go along the rows of C (rows_outer):
  * C is then written as 32 streams front to back, and a panel of A up to
  * 384 deep (24 KiB) stays in L1 for the whole row; down the panels of B
  * instead, 2048x1152x384 and 2048x1536x384 ran at 0.3-0.5 of that speed. */
 static const struct tg__ukr_bf16 amx_bf16 = {
-    32, 32, 192, 2048, 3072, ukr_amx, pack_amx_a, pack_amx_b, pack_pair_rows, 32, amx_begin, amx_end,
-    {0}, {NULL}, true};
+    .mr = 32, .nr = 32, .mc = 192, .kc = 2048, .nc = 3072, .fn = ukr_amx,
+    .pack_a = pack_amx_a, .pack_b = pack_amx_b, .pack_b_rows = pack_pair_rows, .k_align = 32,
+    .begin = amx_begin, .end = amx_end, .rows_outer = true};
 
 bool tg__gemm_has_amx(void)
 {

@@ -1,6 +1,6 @@
 /* The SIMD micro-kernels of the packed GEMM and the table that picks one for
  * the running CPU: AVX-512 and AVX2+FMA on x86-64, none elsewhere (the
- * portable kernel of gemm_kernel.h then runs). Internal to tensor/gemm*.c. */
+ * portable kernel of gemm_kernel_tmpl.h then runs). Internal to tensor/gemm*.c. */
 #ifndef TG_GEMM_X86_H
 #define TG_GEMM_X86_H
 

@@ -32,7 +32,7 @@ extern "C" {
 /* ---- the op list ---------------------------------------------------------- */
 
 typedef enum {
-#define TG_OP(name, text) TG_OP_##name,
+#define TG_OP(name, text, props) TG_OP_##name,
 #include "ops.def"
 #undef TG_OP
     TG_OP_COUNT
