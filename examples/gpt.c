@@ -3,7 +3,6 @@
  * text; `gpt sample` writes from a checkpoint. Run: build/examples/gpt help */
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +18,7 @@
 #include "gpt_dist.h"
 #include "gpt_model.h"
 #include "gpt_plot.h"
+#include "gpt_stop.h"
 
 enum { EXIT_USAGE = 2 };
 
@@ -64,7 +64,7 @@ typedef struct {
     const char *arch, *data, *config, *out, *svg, *resume, *ckpt, *prompt, *precision;
     int64_t steps, batch, seed, eval_every, stop_at, save_every, tokens, top_k;
     double lr, temperature, top_p;
-    bool greedy, zero1, set_steps, set_batch, set_lr;
+    bool greedy, zero1, set_steps, set_batch, set_lr, set_config;
 } options;
 
 /* Prints "gpt: <message>" and the usage; the exit code for a bad command line. */
@@ -158,7 +158,7 @@ static int parse_options(int argc, char **argv, bool train, options *o)
         double *dv = NULL;
         if (!strcmp(name, "--arch")) o->arch = v;
         else if (!strcmp(name, "--data")) o->data = v;
-        else if (!strcmp(name, "--config")) o->config = v;
+        else if (!strcmp(name, "--config")) o->config = v, o->set_config = true;
         else if (!strcmp(name, "--out")) o->out = v;
         else if (!strcmp(name, "--svg")) o->svg = v;
         else if (!strcmp(name, "--resume")) o->resume = v;
@@ -185,6 +185,37 @@ static int parse_options(int argc, char **argv, bool train, options *o)
             *iv = parsed;
     }
     return 0;
+}
+
+/* Every option as a line "--name value", for the ranks of a job to compare
+ * (gpt_par_agree): numbers as parsed, with their defaults; strings escaped.
+ * --data and --resume are compared by content (inputs_agree), and the three
+ * that a resumed run takes from its checkpoint when not given say so. NULL
+ * when out of memory. Freed by the caller. */
+static char *options_text(const options *o)
+{
+    char *text = NULL, e[5][160];
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    if (!f)
+        return NULL;
+    const char *none = "(not given)", *saved = o->resume ? "(the checkpoint's)" : NULL;
+    fprintf(f, "--arch %s\n--config %s\n--precision %s\n--out %s\n--svg %s\n--data %s\n"
+            "--resume %s\n", o->arch ? escaped(o->arch, e[0], sizeof e[0]) : none,
+            o->config ? escaped(o->config, e[1], sizeof e[1]) : none,
+            o->precision ? escaped(o->precision, e[2], sizeof e[2]) : none,
+            escaped(o->out, e[3], sizeof e[3]), escaped(o->svg, e[4], sizeof e[4]),
+            o->data ? "given" : none, o->resume ? "given" : none);
+    if (saved && !o->set_steps) fprintf(f, "--steps %s\n", saved);
+    else fprintf(f, "--steps %lld\n", (long long)o->steps);
+    if (saved && !o->set_batch) fprintf(f, "--batch %s\n", saved);
+    else fprintf(f, "--batch %lld\n", (long long)o->batch);
+    if (saved && !o->set_lr) fprintf(f, "--lr %s\n", saved);
+    else fprintf(f, "--lr %.17g\n", o->lr);
+    fprintf(f, "--seed %lld\n--eval-every %lld\n--stop-at %lld\n--save-every %lld\n--zero1 %s\n",
+            (long long)o->seed, (long long)o->eval_every, (long long)o->stop_at,
+            (long long)o->save_every, o->zero1 ? "on" : "off");
+    return fclose(f) == 0 ? text : (free(text), NULL);
 }
 
 /* ---- training ---------------------------------------------------------------- */
@@ -250,15 +281,17 @@ static double train_step(trainer *tr, const dataset *d)
     return value;
 }
 
-/* Validation loss on a fixed set (the same every time, and drawing nothing
- * from the training generator, so it cannot change the run): 256 held-out
- * problems, or up to 8 batches of windows spread evenly over the split. */
+/* Validation loss on a fixed set (the same every time and at every world
+ * size, and drawing nothing from the training generator, so it cannot change
+ * the run): 256 held-out problems, or up to 8 combined batches of windows
+ * spread evenly over the split. */
 static double validation_loss(trainer *tr, const dataset *d)
 {
     int64_t T = tr->T, rows = 256;
     if (!d->task) {
         int64_t windows = d->n_val > T ? d->n_val - T : 0;
-        rows = windows < 8 * tr->batch ? windows : 8 * tr->batch;
+        int64_t combined = tr->batch * tr->world; /* the same windows at every world size */
+        rows = windows < 8 * combined ? windows : 8 * combined;
     }
     int64_t wT = d->task ? T : (d->n_val - 1 < T ? d->n_val - 1 : T); /* short splits: short rows */
     if (rows < 1)
@@ -429,14 +462,17 @@ static int check_outputs(const options *o)
 
 /* ---- gpt train ---------------------------------------------------------------------- */
 
-static volatile sig_atomic_t interrupted; /* the signal that asked to stop, or 0 */
-static int stop_signal;                   /* interrupted, as every rank agreed after a step */
+static int stop_signal;        /* the signal that stopped the run, as every rank agreed */
+static bool stopped_by_launcher; /* ... sent by the MPI launcher */
 
-/* Asks the loop to stop after this step; a second signal acts as if unhandled. */
-static void on_signal(int sig)
+/* The named config differs from a checkpoint's model c in a size. */
+static bool config_differs(const lm_config *c, const char *name)
 {
-    interrupted = sig;
-    signal(sig, SIG_DFL);
+    lm_config named;
+    lm_config_named(c->arch, name, c->vocab_size, &named);
+    return named.block_size != c->block_size || named.n_layer != c->n_layer ||
+           named.n_head != c->n_head || named.n_embd != c->n_embd ||
+           named.n_kv_head != c->n_kv_head || named.hidden_size != c->hidden_size;
 }
 
 /* The data and a model for it: from the checkpoint when resuming (then a
@@ -449,7 +485,8 @@ static int setup(const options *o, dataset *d, trainer *tr, tg_params *ck)
     if (o->arch && !lm_arch_parse(o->arch, &arch))
         return usage_error("--arch: unknown '%s' (gpt or llama)", escaped(o->arch, e, sizeof e));
     if (!lm_config_named(arch, o->config, 0, &c))
-        return usage_error("--config: unknown '%s' (task, tiny, small or medium)", o->config);
+        return usage_error("--config: unknown '%s' (task, tiny, small or medium)",
+                           escaped(o->config, e, sizeof e));
     if (o->precision && strcmp(o->precision, "fp32") && strcmp(o->precision, "bf16"))
         return usage_error("--precision: unknown '%s' (fp32 or bf16)",
                            escaped(o->precision, e, sizeof e));
@@ -464,6 +501,9 @@ static int setup(const options *o, dataset *d, trainer *tr, tg_params *ck)
         if (o->arch && lm_config_of(tr->model)->arch != arch)
             return fprintf(stderr, "gpt: %s is a %s checkpoint; resume it with --arch %s or "
                            "without --arch\n", o->resume, saved_arch, saved_arch), 1;
+        if (o->set_config && config_differs(lm_config_of(tr->model), o->config))
+            return fprintf(stderr, "gpt: %s does not have the shape of --config %s; resume it "
+                           "without --config\n", o->resume, escaped(o->config, e, sizeof e)), 1;
         if (s.task != d->task)
             return fprintf(stderr, "gpt: %s was trained %s; resume it the same way\n", o->resume,
                            s.task ? "on the built-in task, without --data" : "with --data"), 1;
@@ -496,6 +536,27 @@ static int setup(const options *o, dataset *d, trainer *tr, tg_params *ck)
     return 0;
 }
 
+/* Collective: the ranks read the same text and checkpoint, compared by
+ * content (each rank may read its own copy, at its own path). */
+static bool inputs_agree(const options *o, const dataset *d, const tg_params *ck)
+{
+    char text[256];
+    size_t n = (size_t)(o->data ? snprintf(text, 128, "--data a text of %lld characters, digest "
+                                           "%016llx\n", (long long)(d->n_train + d->n_val),
+                                           (unsigned long long)dataset_digest(d))
+                                : snprintf(text, 128, "--data (not given)\n"));
+    uint64_t h = 0;
+    tg_tensor *history = o->resume ? tg_params_find(ck, "train.history") : NULL;
+    if (!o->resume)
+        snprintf(text + n, sizeof text - n, "--resume (not given)\n");
+    else if (gpt_digest_file(o->resume, &h) < 0)
+        snprintf(text + n, sizeof text - n, "--resume unreadable (%s)\n", strerror(errno));
+    else
+        snprintf(text + n, sizeof text - n, "--resume a checkpoint at step %lld, digest %016llx\n",
+                 history ? (long long)tg_size(history, 0) : -1LL, (unsigned long long)h);
+    return gpt_par_agree(text);
+}
+
 /* The run, ready on every rank or on none: after each step that can fail
  * on one rank alone (its data file, its copy of the checkpoint) the ranks
  * agree before going on, so that a failure ends the job, not hangs it. */
@@ -504,6 +565,8 @@ static int prepare(const options *o, dataset *d, trainer *tr, tg_params *ck)
     int rc = setup(o, d, tr, ck);
     if (!gpt_par_all_ok(rc == 0))
         return rc ? rc : 1;
+    if (!inputs_agree(o, d, ck))
+        return EXIT_USAGE;
     tr->data_rng = tg_rng_new((uint64_t)o->seed + 1);
     bool ok = tr->data_rng && lm_params(tr->model, &tr->params) == 0;
     if (!ok)
@@ -542,16 +605,6 @@ static void warn_if_data_is_small(const trainer *tr, const dataset *d)
             (long long)(d->n_train - tr->T));
 }
 
-/* Collective: the signal that reached any rank (SIGTERM before SIGINT), or 0.
- * mpirun passes a signal on to every rank, but not at the same instant. */
-static int stop_requested(const trainer *tr)
-{
-    double v[2] = {interrupted == SIGINT, interrupted == SIGTERM};
-    if (tr->world > 1 && gpt_par_sum(v, 2))
-        v[1] = 1; /* the ranks cannot talk: stop as if terminated */
-    return v[1] ? SIGTERM : v[0] ? SIGINT : 0;
-}
-
 /* Rank 0's step time, throughput and communication since the loop began. */
 static void report_speed(const trainer *tr, int64_t steps, double secs)
 {
@@ -574,9 +627,9 @@ static int train_loop(trainer *tr, const dataset *d, const options *o)
 {
     int64_t first = tr->step;
     double started = now();
-    bool tty = isatty(STDOUT_FILENO);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    /* under mpirun a rank's stdout is a pseudo-terminal that ends in a log */
+    bool tty = isatty(STDOUT_FILENO) && !gpt_par_launched();
+    gpt_stop_watch();
     while (tr->step < tr->steps && !(o->stop_at && tr->step >= o->stop_at) && !stop_signal) {
         int64_t s = tr->step + 1;
         double loss = train_step(tr, d), val = NAN;
@@ -594,7 +647,7 @@ static int train_loop(trainer *tr, const dataset *d, const options *o)
         tr->val[tr->step] = val;
         tr->step = s;
         progress(tr, first, started, tty);
-        stop_signal = stop_requested(tr);
+        stop_signal = gpt_stop_requested(&stopped_by_launcher);
         if (o->save_every && tr->step % o->save_every == 0 && tr->step < tr->steps &&
             tr->step != o->stop_at && !stop_signal && save_run(o->out, tr, d) == 0 &&
             tr->rank == 0) {
@@ -637,8 +690,10 @@ static void describe(const trainer *tr, const dataset *d, const options *o)
 static int finish(trainer *tr, const dataset *d, const options *o)
 {
     double val = tr->val[tr->step - 1];
-    printf("final: step %lld loss %.6f val %.6f\n", (long long)tr->step, tr->loss[tr->step - 1],
-           isnan(val) ? validation_loss(tr, d) : val);
+    if (isnan(val) && !stop_signal) /* a stopped job may have a second before SIGKILL */
+        val = validation_loss(tr, d);
+    printf("final: step %lld loss %.6f", (long long)tr->step, tr->loss[tr->step - 1]);
+    printf(isnan(val) ? "\n" : " val %.6f\n", val);
     int rc = save_run(o->out, tr, d);
     if (!rc && tr->rank == 0)
         rc = gpt_write_loss_svg(o->svg, tr->loss, tr->val, tr->step);
@@ -647,8 +702,7 @@ static int finish(trainer *tr, const dataset *d, const options *o)
     printf("saved %s and %s\n", o->out, o->svg);
     if (tr->step < tr->steps)
         printf("stopped at step %lld of %lld%s; continue with --resume %s\n", (long long)tr->step,
-               (long long)tr->steps, stop_signal == SIGTERM ? " by SIGTERM"
-               : stop_signal ? " by SIGINT" : "", o->out);
+               (long long)tr->steps, gpt_stop_reason(stop_signal, stopped_by_launcher), o->out);
     if (stop_signal)
         return 128 + stop_signal;
     if (d->task && tr->step == tr->steps && tr->rank == 0) {
@@ -664,16 +718,24 @@ static int cmd_train(int argc, char **argv)
     options o = {.config = NULL, .out = "gpt.safetensors", .svg = "loss_curve.svg", .steps = 1500,
                  .batch = 64, .lr = 1e-3, .seed = 1337, .save_every = 500};
     int rc = parse_options(argc, argv, true, &o);
-    if (rc)
-        return rc < 0 ? 0 : rc;
+    if (!gpt_par_all_ok(rc == 0)) /* a rank's bad command line ends every rank */
+        return rc < 0 ? 0 : rc ? rc : EXIT_USAGE;
     if (!o.config)
         o.config = o.data ? "small" : "task";
     if (o.data && !o.set_batch)
         o.batch = 32;
     if (o.data && !o.set_steps)
         o.steps = 2000;
-    if ((rc = check_outputs(&o)))
-        return rc;
+    rc = check_outputs(&o);
+    char *text = rc ? NULL : options_text(&o);
+    if (!rc && !text)
+        rc = (fprintf(stderr, "gpt: out of memory\n"), 1);
+    if (!gpt_par_all_ok(rc == 0))
+        return rc ? rc : 1;
+    bool agree = gpt_par_agree(text);
+    free(text);
+    if (!agree)
+        return EXIT_USAGE;
     if (gpt_par_rank() == 0 && tg_safetensors_check_writable(o.out) < 0)
         rc = (fprintf(stderr, "gpt: cannot write --out %s: %s\n", o.out, tg_error_message()), 1);
     if (!rc && gpt_par_rank() == 0)

@@ -20,6 +20,17 @@ int gpt_par_size(void);
 bool gpt_par_all_ok(bool ok);
 /* Collective: values[0..n) summed over the ranks, in place. 0, or -1. */
 int gpt_par_sum(double *values, int n);
+/* Collective: the least of the ranks' v. */
+int gpt_par_min(int v);
+/* Collective: text, lines of "name value", is the same on every rank. When
+ * not, every rank prints the first line that differs between rank 0 and the
+ * first rank that differs from it ("gpt: --lr differs between ranks: rank 0
+ * has 0.001, rank 1 has 0.002") and false is returned. */
+bool gpt_par_agree(const char *text);
+
+/* An MPI launcher (mpirun, mpiexec, srun, hydra) started this process: its
+ * environment says so, whether or not the library was built with MPI. */
+bool gpt_par_launched(void);
 
 /* The optimizer of a run: the library's AdamW on every rank, or with zero1
  * the sharded AdamW of <tensorgrad/dist.h> (each rank keeps the moments of

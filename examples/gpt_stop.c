@@ -1,0 +1,60 @@
+/* Stopping gpt train cleanly (gpt_stop.h). Open MPI's mpiexec, when it is
+ * sent SIGINT or SIGTERM itself, sends its ranks SIGCONT, then SIGTERM a
+ * second later, then SIGKILL a second after that (odls_base_sigkill_timeout),
+ * and exits 1 whatever the ranks do: a rank has that second to save. */
+#include "gpt_stop.h"
+
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpt_dist.h"
+
+static volatile sig_atomic_t first_signal; /* the signal that asked to stop, or 0 */
+static volatile sig_atomic_t from_parent;  /* ... sent by the process that started this one */
+
+static void on_signal(int sig, siginfo_t *info, void *context)
+{
+    (void)context;
+    if (!first_signal) {
+        first_signal = sig;
+        from_parent = info && info->si_pid == getppid();
+    } else if (sig == first_signal) { /* asked twice: stop now */
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+}
+
+void gpt_stop_watch(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+int gpt_stop_requested(bool *launcher)
+{
+    /* rank r's signal as 128 r + 64 (not from the parent) + sig: the least
+     * value is the lowest rank's; signal numbers are below 64 */
+    const int none = 0x7fffffff;
+    int sig = first_signal;
+    int least = gpt_par_min(sig ? 128 * gpt_par_rank() + (from_parent ? 0 : 64) + sig : none);
+    if (least == none)
+        return 0;
+    *launcher = least % 128 < 64 && gpt_par_launched();
+    return least % 64;
+}
+
+const char *gpt_stop_reason(int sig, bool launcher)
+{
+    if (!sig)
+        return "";
+    if (launcher) /* the launcher was stopped, and stops its ranks with SIGTERM */
+        return sig == SIGTERM ? " by SIGTERM from the MPI launcher" : " by a signal from the MPI launcher";
+    return sig == SIGINT ? " by SIGINT" : sig == SIGTERM ? " by SIGTERM" : " by SIGUSR1";
+}
