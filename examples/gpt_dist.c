@@ -22,16 +22,22 @@ struct gpt_opt {
     gpt_comm comm;
 };
 
-/* Open MPI's mpirun, MPICH's hydra, PMIx and Slurm's srun set one of these
- * in every process they start. */
-bool gpt_par_launched(void)
+/* One of vars (a NULL-terminated list) is set in the environment. */
+static bool any_set(const char *const *vars)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
-                                       "PMIX_RANK", "SLURM_PROCID", "MPI_LOCALRANKID", NULL};
     for (const char *const *v = vars; *v; v++)
         if (getenv(*v))
             return true;
     return false;
+}
+
+/* Open MPI's mpirun, MPICH's hydra, PMIx and Slurm's srun set one of these
+ * in every process they start (Slurm's in a batch script too). */
+bool gpt_par_launched(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                                       "PMIX_RANK", "SLURM_PROCID", "MPI_LOCALRANKID", NULL};
+    return any_set(vars);
 }
 
 /* The line of a and of b (texts of "name value" lines) that differ first,
@@ -62,7 +68,9 @@ static tg_dist *job; /* over the model's parameters, once gpt_opt_new made it */
 
 int gpt_par_init(int *argc, char ***argv)
 {
-    if (!gpt_par_launched())
+    /* what a process that MPI_Init can join has: not a Slurm batch script */
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", NULL};
+    if (!any_set(vars))
         return 0;
     if (MPI_Init(argc, argv) != MPI_SUCCESS)
         return fprintf(stderr, "gpt: cannot join the MPI job\n"), 1;

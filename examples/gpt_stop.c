@@ -5,6 +5,7 @@
 #include "gpt_stop.h"
 
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -52,9 +53,8 @@ int gpt_stop_requested(bool *launcher)
 
 const char *gpt_stop_reason(int sig, bool launcher)
 {
-    if (!sig)
-        return "";
-    if (launcher) /* the launcher was stopped, and stops its ranks with SIGTERM */
-        return sig == SIGTERM ? " by SIGTERM from the MPI launcher" : " by a signal from the MPI launcher";
-    return sig == SIGINT ? " by SIGINT" : sig == SIGTERM ? " by SIGTERM" : " by SIGUSR1";
+    static char reason[64];
+    snprintf(reason, sizeof reason, " by %s%s", sig == SIGINT ? "SIGINT" : sig == SIGTERM
+             ? "SIGTERM" : "SIGUSR1", launcher ? " from the MPI launcher" : "");
+    return sig ? reason : "";
 }
