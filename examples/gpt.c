@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <tensorgrad/tensorgrad.h>
@@ -45,8 +44,8 @@ static const char usage_text[] =
     "and --resume keeps it unless given; sample always runs in float32.\n"
     "--out (default gpt.safetensors) is written every --save-every steps (default\n"
     "500: a save costs about one step, and a run killed or preempted loses at most\n"
-    "500 steps; 0 saves only at the end) and at the end. Ctrl-C or SIGTERM stops\n"
-    "after the current step, saves, and exits with 130 or 143; --resume FILE\n"
+    "500 steps; 0 saves only at the end) and at the end. Ctrl-C, SIGTERM or SIGUSR1\n"
+    "stops after the current step, saves, and exits 130, 143 or 138; --resume FILE\n"
     "continues bit for bit. --out and --svg must not be --data, --resume (--svg)\n"
     "or each other. sample keeps, after --temperature and --top-k, the fewest most\n"
     "likely characters whose probabilities sum to at least --top-p (0 or 1 keeps\n"
@@ -55,8 +54,13 @@ static const char usage_text[] =
     "trains data-parallel: --batch is each rank's batch (the step sees N times\n"
     "it), gradients are averaged over the ranks, rank 0 prints and saves. --zero1\n"
     "shards AdamW's state over the ranks. A checkpoint resumes at any world size\n"
-    "(its batch is the combined one; each rank then takes its share).\n"
-    "Exit codes: 0 done, 1 failed, 2 bad command line.\n";
+    "(its batch is the combined one; each rank then takes its share). The ranks\n"
+    "must be given the same options and inputs: they compare them first. To stop a\n"
+    "job, send mpirun SIGUSR1 (it passes it on) or a rank SIGINT or SIGTERM; mpirun\n"
+    "itself, sent SIGINT or SIGTERM, gives the ranks 1 s to save (more with --mca\n"
+    "odls_base_sigkill_timeout S) and exits 1.\n"
+    "Exit codes: 0 done, 1 failed, 2 bad command line (or ranks that differ in it),\n"
+    "130, 143, 138 stopped by SIGINT, SIGTERM, SIGUSR1.\n";
 
 /* ---- the command line -------------------------------------------------------- */
 
@@ -331,43 +335,12 @@ static double validation_loss(trainer *tr, const dataset *d)
 
 /* ---- progress ------------------------------------------------------------------ */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static const char *clock_text(double seconds, char buf[32])
-{
-    long s = (long)(seconds + 0.5);
-    snprintf(buf, 32, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
-    return buf;
-}
-
-/* On a terminal one line redraws itself every step; otherwise (a pipe, a
- * log file) a plain line is printed at every evaluation. */
+/* The progress line after tr's last step (gpt_plot.c prints it). */
 static void progress(const trainer *tr, int64_t first, double started, bool tty)
 {
-    int64_t s = tr->step;
-    bool measured = !isnan(tr->val[s - 1]);
-    if (!tty && !measured && s != tr->steps)
-        return;
-    double elapsed = now() - started, per_step = elapsed / (double)(s - first);
-    double tokens = (double)(s - first) * (double)(tr->batch * tr->world * tr->T);
-    char e[32], eta[32], val[32] = "";
-    double last_val = NAN;
-    for (int64_t i = s - 1; i >= 0 && isnan(last_val); i--)
-        last_val = tr->val[i];
-    if (!isnan(last_val))
-        snprintf(val, sizeof val, "  val %.6f", last_val);
-    printf("%sstep %lld/%lld  loss %.6f%s  %.0f tok/s  elapsed %s  eta %s%s", tty ? "\r" : "",
-           (long long)s, (long long)tr->steps, tr->loss[s - 1], val, tokens / elapsed,
-           clock_text(elapsed, e), clock_text(per_step * (double)(tr->steps - s), eta),
-           tty ? "\033[K" : "\n");
-    if (tty && (measured || s == tr->steps))
-        printf("\n"); /* keep the lines with a validation loss */
-    fflush(stdout);
+    gpt_progress p = {tr->loss, tr->val, tr->step, tr->steps, first,
+                      (double)(tr->batch * tr->world * tr->T), started, tty};
+    gpt_print_progress(&p);
 }
 
 /* ---- checkpoints ------------------------------------------------------------------ */
@@ -536,27 +509,6 @@ static int setup(const options *o, dataset *d, trainer *tr, tg_params *ck)
     return 0;
 }
 
-/* Collective: the ranks read the same text and checkpoint, compared by
- * content (each rank may read its own copy, at its own path). */
-static bool inputs_agree(const options *o, const dataset *d, const tg_params *ck)
-{
-    char text[256];
-    size_t n = (size_t)(o->data ? snprintf(text, 128, "--data a text of %lld characters, digest "
-                                           "%016llx\n", (long long)(d->n_train + d->n_val),
-                                           (unsigned long long)dataset_digest(d))
-                                : snprintf(text, 128, "--data (not given)\n"));
-    uint64_t h = 0;
-    tg_tensor *history = o->resume ? tg_params_find(ck, "train.history") : NULL;
-    if (!o->resume)
-        snprintf(text + n, sizeof text - n, "--resume (not given)\n");
-    else if (gpt_digest_file(o->resume, &h) < 0)
-        snprintf(text + n, sizeof text - n, "--resume unreadable (%s)\n", strerror(errno));
-    else
-        snprintf(text + n, sizeof text - n, "--resume a checkpoint at step %lld, digest %016llx\n",
-                 history ? (long long)tg_size(history, 0) : -1LL, (unsigned long long)h);
-    return gpt_par_agree(text);
-}
-
 /* The run, ready on every rank or on none: after each step that can fail
  * on one rank alone (its data file, its copy of the checkpoint) the ranks
  * agree before going on, so that a failure ends the job, not hangs it. */
@@ -565,7 +517,7 @@ static int prepare(const options *o, dataset *d, trainer *tr, tg_params *ck)
     int rc = setup(o, d, tr, ck);
     if (!gpt_par_all_ok(rc == 0))
         return rc ? rc : 1;
-    if (!inputs_agree(o, d, ck))
+    if (!gpt_par_inputs_agree(o->data ? d : NULL, o->resume, ck))
         return EXIT_USAGE;
     tr->data_rng = tg_rng_new((uint64_t)o->seed + 1);
     bool ok = tr->data_rng && lm_params(tr->model, &tr->params) == 0;
@@ -626,7 +578,7 @@ static void report_speed(const trainer *tr, int64_t steps, double secs)
 static int train_loop(trainer *tr, const dataset *d, const options *o)
 {
     int64_t first = tr->step;
-    double started = now();
+    double started = gpt_now();
     /* under mpirun a rank's stdout is a pseudo-terminal that ends in a log */
     bool tty = isatty(STDOUT_FILENO) && !gpt_par_launched();
     gpt_stop_watch();
@@ -658,7 +610,7 @@ static int train_loop(trainer *tr, const dataset *d, const options *o)
     }
     if (tty && tr->step < tr->steps)
         printf("\n");
-    report_speed(tr, tr->step - first, now() - started);
+    report_speed(tr, tr->step - first, gpt_now() - started);
     return 0;
 }
 
@@ -703,8 +655,8 @@ static int finish(trainer *tr, const dataset *d, const options *o)
     if (tr->step < tr->steps)
         printf("stopped at step %lld of %lld%s; continue with --resume %s\n", (long long)tr->step,
                (long long)tr->steps, gpt_stop_reason(stop_signal, stopped_by_launcher), o->out);
-    if (stop_signal)
-        return 128 + stop_signal;
+    if (stop_signal) /* before MPI_Finalize, which a stopping mpirun may cut short */
+        return fflush(stdout), 128 + stop_signal;
     if (d->task && tr->step == tr->steps && tr->rank == 0) {
         printf("held-out problems (never trained on; greedy generation):\n");
         double acc = task_accuracy(tr->model, d, (uint64_t)o->seed + 2, 500, true);

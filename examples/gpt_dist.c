@@ -3,6 +3,7 @@
  * Built without GPT_WITH_MPI (the library has no MPI) the world is one rank. */
 #include "gpt_dist.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,6 +198,25 @@ bool gpt_par_agree(const char *text)
     return true;
 }
 #endif
+
+bool gpt_par_inputs_agree(const dataset *d, const char *resume, const tg_params *ck)
+{
+    char text[256];
+    size_t n = (size_t)(d ? snprintf(text, 128, "--data a text of %lld characters, digest %016llx\n",
+                                     (long long)(d->n_train + d->n_val),
+                                     (unsigned long long)dataset_digest(d))
+                          : snprintf(text, 128, "--data (not given)\n"));
+    uint64_t h = 0;
+    tg_tensor *history = resume ? tg_params_find(ck, "train.history") : NULL;
+    if (!resume)
+        snprintf(text + n, sizeof text - n, "--resume (not given)\n");
+    else if (gpt_digest_file(resume, &h) < 0)
+        snprintf(text + n, sizeof text - n, "--resume unreadable (%s)\n", strerror(errno));
+    else
+        snprintf(text + n, sizeof text - n, "--resume a checkpoint at step %lld, digest %016llx\n",
+                 history ? (long long)tg_size(history, 0) : -1LL, (unsigned long long)h);
+    return gpt_par_agree(text);
+}
 
 gpt_opt *gpt_opt_new(tg_params *ps, bool zero1, double lr, double weight_decay)
 {
