@@ -193,7 +193,7 @@ static int parse_options(int argc, char **argv, bool train, options *o)
 
 /* Every option as a line "--name value", for the ranks of a job to compare
  * (gpt_par_agree): numbers as parsed, with their defaults; strings escaped.
- * --data and --resume are compared by content (inputs_agree), and the three
+ * --data and --resume are compared by content (gpt_par_inputs_agree); the three
  * that a resumed run takes from its checkpoint when not given say so. NULL
  * when out of memory. Freed by the caller. */
 static char *options_text(const options *o)
