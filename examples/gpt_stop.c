@@ -5,23 +5,25 @@
 #include "gpt_stop.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "gpt_dist.h"
 
-static volatile sig_atomic_t first_signal; /* the signal that asked to stop, or 0 */
-static volatile sig_atomic_t from_parent;  /* ... sent by the process that started this one */
+/* The signal that asked to stop, with FROM_PARENT when the process that
+ * started this one sent it; 0 for none. One atomic word: the threads of the
+ * OpenMP team can take two signals at once, and the first must win. */
+enum { FROM_PARENT = 256 };
+static atomic_int first_signal;
 
 static void on_signal(int sig, siginfo_t *info, void *context)
 {
     (void)context;
-    if (!first_signal) {
-        first_signal = sig;
-        from_parent = info && info->si_pid == getppid();
-    } else if (sig == first_signal) { /* asked twice: stop now */
-        signal(sig, SIG_DFL);
+    int none = 0, mine = sig | (info && info->si_pid == getppid() ? FROM_PARENT : 0);
+    if (!atomic_compare_exchange_strong(&first_signal, &none, mine) && none % FROM_PARENT == sig) {
+        signal(sig, SIG_DFL); /* asked twice: stop now */
         raise(sig);
     }
 }
@@ -43,8 +45,9 @@ int gpt_stop_requested(bool *launcher)
     /* rank r's signal as 128 r + 64 (not from the parent) + sig: the least
      * value is the lowest rank's; signal numbers are below 64 */
     const int none = 0x7fffffff;
-    int sig = first_signal;
-    int least = gpt_par_min(sig ? 128 * gpt_par_rank() + (from_parent ? 0 : 64) + sig : none);
+    int first = atomic_load(&first_signal), sig = first % FROM_PARENT;
+    int least = gpt_par_min(sig ? 128 * gpt_par_rank() + (first & FROM_PARENT ? 0 : 64) + sig
+                                : none);
     if (least == none)
         return 0;
     *launcher = least % 128 < 64 && gpt_par_launched();

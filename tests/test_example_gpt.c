@@ -544,6 +544,37 @@ START_TEST(sigterm_saves_a_resumable_checkpoint_and_exits_143)
 }
 END_TEST
 
+/* sig is pending for pid's process (not yet taken by a thread). */
+static bool signal_pending(pid_t pid, int sig)
+{
+    char path[64], line[128];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    unsigned long long mask = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "ShdPnd: %llx", &mask) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return mask >> (sig - 1) & 1;
+}
+
+/* A Ctrl-C that reaches the program and then its launcher's SIGTERM (as when
+ * a launcher shares the terminal's process group): the first signal is the
+ * one reported, and the second does not cut the save short. */
+START_TEST(first_of_two_signals_is_reported_and_the_run_still_saves)
+{
+    pid_t pid = start("train --batch 64 --steps 100000 --save-every 2 --out s.st --svg s.svg");
+    bool saved = wait_for_file("s.st", 1000, 60);
+    ck_assert_int_eq(kill(pid, SIGINT), 0);
+    for (double end = seconds_now() + 5; signal_pending(pid, SIGINT) && seconds_now() < end;)
+        usleep(1000);
+    ck_assert_int_eq(stop(pid, SIGTERM), 130);
+    ck_assert(saved);
+    ck_assert_output("by SIGINT; continue with --resume s.st");
+}
+END_TEST
+
 START_TEST(data_files_too_large_or_endless_are_refused_at_once)
 {
     char path[128];
@@ -835,6 +866,7 @@ int main(void)
     tcase_add_test(tc, unwritable_outputs_are_refused_before_training);
     tcase_add_test(tc, periodic_checkpoint_of_a_killed_run_resumes_bit_for_bit);
     tcase_add_test(tc, sigterm_saves_a_resumable_checkpoint_and_exits_143);
+    tcase_add_test(tc, first_of_two_signals_is_reported_and_the_run_still_saves);
     tcase_add_test(tc, data_files_too_large_or_endless_are_refused_at_once);
     tcase_add_test(tc, sample_prints_tokens_as_they_are_made);
     tcase_add_test(tc, training_on_far_too_little_text_warns_first);
