@@ -1,6 +1,8 @@
 /* Runs examples/gpt data-parallel under mpiexec (TG_MPIEXEC) on tiny
  * settings: checkpoints that move between world sizes, resuming bit for bit,
- * one rank's bad input ending the whole job, and agreement with one process. */
+ * one rank's bad input ending the whole job, ranks started differently
+ * refusing at once, validation at any world size, the plain lines ranks
+ * print, signals through mpiexec, and agreement with one process. */
 #include "testutil.h"
 
 #include <dirent.h>
