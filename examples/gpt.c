@@ -3,13 +3,11 @@
  * text; `gpt sample` writes from a checkpoint. Run: build/examples/gpt help */
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <tensorgrad/tensorgrad.h>
@@ -19,6 +17,7 @@
 #include "gpt_dist.h"
 #include "gpt_model.h"
 #include "gpt_plot.h"
+#include "gpt_stop.h"
 
 enum { EXIT_USAGE = 2 };
 
@@ -46,8 +45,8 @@ static const char usage_text[] =
     "and --resume keeps it unless given; sample always runs in float32.\n"
     "--out (default gpt.safetensors) is written every --save-every steps (default\n"
     "500: a save costs about one step, and a run killed or preempted loses at most\n"
-    "500 steps; 0 saves only at the end) and at the end. Ctrl-C or SIGTERM stops\n"
-    "after the current step, saves, and exits with 130 or 143; --resume FILE\n"
+    "500 steps; 0 saves only at the end) and at the end. Ctrl-C, SIGTERM or SIGUSR1\n"
+    "stops after the current step, saves, and exits 130, 143 or 138; --resume FILE\n"
     "continues bit for bit. --out and --svg must not be --data, --resume (--svg)\n"
     "or each other. sample keeps, after --temperature and --top-k, the fewest most\n"
     "likely characters whose probabilities sum to at least --top-p (0 or 1 keeps\n"
@@ -56,8 +55,13 @@ static const char usage_text[] =
     "trains data-parallel: --batch is each rank's batch (the step sees N times\n"
     "it), gradients are averaged over the ranks, rank 0 prints and saves. --zero1\n"
     "shards AdamW's state over the ranks. A checkpoint resumes at any world size\n"
-    "(its batch is the combined one; each rank then takes its share).\n"
-    "Exit codes: 0 done, 1 failed, 2 bad command line.\n";
+    "(its batch is the combined one; each rank then takes its share). The ranks\n"
+    "must be given the same options and inputs: they compare them first. To stop a\n"
+    "job, send mpirun SIGUSR1 (it passes it on) or a rank SIGINT or SIGTERM; mpirun\n"
+    "itself, sent SIGINT or SIGTERM, gives the ranks 1 s to save (more with --mca\n"
+    "odls_base_sigkill_timeout S) and exits 1.\n"
+    "Exit codes: 0 done, 1 failed, 2 bad command line (or ranks that differ in it),\n"
+    "130, 143, 138 stopped by SIGINT, SIGTERM, SIGUSR1.\n";
 
 /* ---- the command line -------------------------------------------------------- */
 
@@ -65,7 +69,7 @@ typedef struct {
     const char *arch, *data, *config, *out, *svg, *resume, *ckpt, *prompt, *precision;
     int64_t steps, batch, seed, eval_every, stop_at, save_every, tokens, top_k;
     double lr, temperature, top_p;
-    bool greedy, zero1, set_steps, set_batch, set_lr;
+    bool greedy, zero1, set_steps, set_batch, set_lr, set_config;
 } options;
 
 /* Prints "gpt: <message>" and the usage; the exit code for a bad command line. */
@@ -159,7 +163,7 @@ static int parse_options(int argc, char **argv, bool train, options *o)
         double *dv = NULL;
         if (!strcmp(name, "--arch")) o->arch = v;
         else if (!strcmp(name, "--data")) o->data = v;
-        else if (!strcmp(name, "--config")) o->config = v;
+        else if (!strcmp(name, "--config")) o->config = v, o->set_config = true;
         else if (!strcmp(name, "--out")) o->out = v;
         else if (!strcmp(name, "--svg")) o->svg = v;
         else if (!strcmp(name, "--resume")) o->resume = v;
@@ -186,6 +190,37 @@ static int parse_options(int argc, char **argv, bool train, options *o)
             *iv = parsed;
     }
     return 0;
+}
+
+/* Every option as a line "--name value", for the ranks of a job to compare
+ * (gpt_par_agree): numbers as parsed, with their defaults; strings escaped.
+ * --data and --resume are compared by content (gpt_par_inputs_agree); the three
+ * that a resumed run takes from its checkpoint when not given say so. NULL
+ * when out of memory. Freed by the caller. */
+static char *options_text(const options *o)
+{
+    char *text = NULL, e[5][160];
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    if (!f)
+        return NULL;
+    const char *none = "(not given)", *saved = o->resume ? "(the checkpoint's)" : NULL;
+    fprintf(f, "--arch %s\n--config %s\n--precision %s\n--out %s\n--svg %s\n--data %s\n"
+            "--resume %s\n", o->arch ? escaped(o->arch, e[0], sizeof e[0]) : none,
+            o->config ? escaped(o->config, e[1], sizeof e[1]) : none,
+            o->precision ? escaped(o->precision, e[2], sizeof e[2]) : none,
+            escaped(o->out, e[3], sizeof e[3]), escaped(o->svg, e[4], sizeof e[4]),
+            o->data ? "given" : none, o->resume ? "given" : none);
+    if (saved && !o->set_steps) fprintf(f, "--steps %s\n", saved);
+    else fprintf(f, "--steps %lld\n", (long long)o->steps);
+    if (saved && !o->set_batch) fprintf(f, "--batch %s\n", saved);
+    else fprintf(f, "--batch %lld\n", (long long)o->batch);
+    if (saved && !o->set_lr) fprintf(f, "--lr %s\n", saved);
+    else fprintf(f, "--lr %.17g\n", o->lr);
+    fprintf(f, "--seed %lld\n--eval-every %lld\n--stop-at %lld\n--save-every %lld\n--zero1 %s\n",
+            (long long)o->seed, (long long)o->eval_every, (long long)o->stop_at,
+            (long long)o->save_every, o->zero1 ? "on" : "off");
+    return fclose(f) == 0 ? text : (free(text), NULL);
 }
 
 /* ---- training ---------------------------------------------------------------- */
@@ -251,15 +286,17 @@ static double train_step(trainer *tr, const dataset *d)
     return value;
 }
 
-/* Validation loss on a fixed set (the same every time, and drawing nothing
- * from the training generator, so it cannot change the run): 256 held-out
- * problems, or up to 8 batches of windows spread evenly over the split. */
+/* Validation loss on a fixed set (the same every time and at every world
+ * size, and drawing nothing from the training generator, so it cannot change
+ * the run): 256 held-out problems, or up to 8 combined batches of windows
+ * spread evenly over the split. */
 static double validation_loss(trainer *tr, const dataset *d)
 {
     int64_t T = tr->T, rows = 256;
     if (!d->task) {
         int64_t windows = d->n_val > T ? d->n_val - T : 0;
-        rows = windows < 8 * tr->batch ? windows : 8 * tr->batch;
+        int64_t combined = tr->batch * tr->world; /* the same windows at every world size */
+        rows = windows < 8 * combined ? windows : 8 * combined;
     }
     int64_t wT = d->task ? T : (d->n_val - 1 < T ? d->n_val - 1 : T); /* short splits: short rows */
     if (rows < 1)
@@ -299,43 +336,12 @@ static double validation_loss(trainer *tr, const dataset *d)
 
 /* ---- progress ------------------------------------------------------------------ */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static const char *clock_text(double seconds, char buf[32])
-{
-    long s = (long)(seconds + 0.5);
-    snprintf(buf, 32, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
-    return buf;
-}
-
-/* On a terminal one line redraws itself every step; otherwise (a pipe, a
- * log file) a plain line is printed at every evaluation. */
+/* The progress line after tr's last step (gpt_plot.c prints it). */
 static void progress(const trainer *tr, int64_t first, double started, bool tty)
 {
-    int64_t s = tr->step;
-    bool measured = !isnan(tr->val[s - 1]);
-    if (!tty && !measured && s != tr->steps)
-        return;
-    double elapsed = now() - started, per_step = elapsed / (double)(s - first);
-    double tokens = (double)(s - first) * (double)(tr->batch * tr->world * tr->T);
-    char e[32], eta[32], val[32] = "";
-    double last_val = NAN;
-    for (int64_t i = s - 1; i >= 0 && isnan(last_val); i--)
-        last_val = tr->val[i];
-    if (!isnan(last_val))
-        snprintf(val, sizeof val, "  val %.6f", last_val);
-    printf("%sstep %lld/%lld  loss %.6f%s  %.0f tok/s  elapsed %s  eta %s%s", tty ? "\r" : "",
-           (long long)s, (long long)tr->steps, tr->loss[s - 1], val, tokens / elapsed,
-           clock_text(elapsed, e), clock_text(per_step * (double)(tr->steps - s), eta),
-           tty ? "\033[K" : "\n");
-    if (tty && (measured || s == tr->steps))
-        printf("\n"); /* keep the lines with a validation loss */
-    fflush(stdout);
+    gpt_progress p = {tr->loss, tr->val, tr->step, tr->steps, first,
+                      (double)(tr->batch * tr->world * tr->T), started, tty};
+    gpt_print_progress(&p);
 }
 
 /* ---- checkpoints ------------------------------------------------------------------ */
@@ -430,14 +436,17 @@ static int check_outputs(const options *o)
 
 /* ---- gpt train ---------------------------------------------------------------------- */
 
-static volatile sig_atomic_t interrupted; /* the signal that asked to stop, or 0 */
-static int stop_signal;                   /* interrupted, as every rank agreed after a step */
+static int stop_signal;        /* the signal that stopped the run, as every rank agreed */
+static bool stopped_by_launcher; /* ... sent by the MPI launcher */
 
-/* Asks the loop to stop after this step; a second signal acts as if unhandled. */
-static void on_signal(int sig)
+/* The named config differs from a checkpoint's model c in a size. */
+static bool config_differs(const lm_config *c, const char *name)
 {
-    interrupted = sig;
-    signal(sig, SIG_DFL);
+    lm_config named;
+    lm_config_named(c->arch, name, c->vocab_size, &named);
+    return named.block_size != c->block_size || named.n_layer != c->n_layer ||
+           named.n_head != c->n_head || named.n_embd != c->n_embd ||
+           named.n_kv_head != c->n_kv_head || named.hidden_size != c->hidden_size;
 }
 
 /* The data and a model for it: from the checkpoint when resuming (then a
@@ -450,7 +459,8 @@ static int setup(const options *o, dataset *d, trainer *tr, tg_params *ck)
     if (o->arch && !lm_arch_parse(o->arch, &arch))
         return usage_error("--arch: unknown '%s' (gpt or llama)", escaped(o->arch, e, sizeof e));
     if (!lm_config_named(arch, o->config, 0, &c))
-        return usage_error("--config: unknown '%s' (task, tiny, small or medium)", o->config);
+        return usage_error("--config: unknown '%s' (task, tiny, small or medium)",
+                           escaped(o->config, e, sizeof e));
     if (o->precision && strcmp(o->precision, "fp32") && strcmp(o->precision, "bf16"))
         return usage_error("--precision: unknown '%s' (fp32 or bf16)",
                            escaped(o->precision, e, sizeof e));
@@ -465,6 +475,9 @@ static int setup(const options *o, dataset *d, trainer *tr, tg_params *ck)
         if (o->arch && lm_config_of(tr->model)->arch != arch)
             return fprintf(stderr, "gpt: %s is a %s checkpoint; resume it with --arch %s or "
                            "without --arch\n", o->resume, saved_arch, saved_arch), 1;
+        if (o->set_config && config_differs(lm_config_of(tr->model), o->config))
+            return fprintf(stderr, "gpt: %s does not have the shape of --config %s; resume it "
+                           "without --config\n", o->resume, escaped(o->config, e, sizeof e)), 1;
         if (s.task != d->task)
             return fprintf(stderr, "gpt: %s was trained %s; resume it the same way\n", o->resume,
                            s.task ? "on the built-in task, without --data" : "with --data"), 1;
@@ -505,6 +518,8 @@ static int prepare(const options *o, dataset *d, trainer *tr, tg_params *ck)
     int rc = setup(o, d, tr, ck);
     if (!gpt_par_all_ok(rc == 0))
         return rc ? rc : 1;
+    if (!gpt_par_inputs_agree(o->data ? d : NULL, o->resume, ck))
+        return EXIT_USAGE;
     tr->data_rng = tg_rng_new((uint64_t)o->seed + 1);
     bool ok = tr->data_rng && lm_params(tr->model, &tr->params) == 0;
     if (!ok)
@@ -543,16 +558,6 @@ static void warn_if_data_is_small(const trainer *tr, const dataset *d)
             (long long)(d->n_train - tr->T));
 }
 
-/* Collective: the signal that reached any rank (SIGTERM before SIGINT), or 0.
- * mpirun passes a signal on to every rank, but not at the same instant. */
-static int stop_requested(const trainer *tr)
-{
-    double v[2] = {interrupted == SIGINT, interrupted == SIGTERM};
-    if (tr->world > 1 && gpt_par_sum(v, 2))
-        v[1] = 1; /* the ranks cannot talk: stop as if terminated */
-    return v[1] ? SIGTERM : v[0] ? SIGINT : 0;
-}
-
 /* Rank 0's step time, throughput and communication since the loop began. */
 static void report_speed(const trainer *tr, int64_t steps, double secs)
 {
@@ -574,10 +579,10 @@ static void report_speed(const trainer *tr, int64_t steps, double secs)
 static int train_loop(trainer *tr, const dataset *d, const options *o)
 {
     int64_t first = tr->step;
-    double started = now();
-    bool tty = isatty(STDOUT_FILENO);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    double started = gpt_now();
+    /* under mpirun a rank's stdout is a pseudo-terminal that ends in a log */
+    bool tty = isatty(STDOUT_FILENO) && !gpt_par_launched();
+    gpt_stop_watch();
     while (tr->step < tr->steps && !(o->stop_at && tr->step >= o->stop_at) && !stop_signal) {
         int64_t s = tr->step + 1;
         double loss = train_step(tr, d), val = NAN;
@@ -595,7 +600,7 @@ static int train_loop(trainer *tr, const dataset *d, const options *o)
         tr->val[tr->step] = val;
         tr->step = s;
         progress(tr, first, started, tty);
-        stop_signal = stop_requested(tr);
+        stop_signal = gpt_stop_requested(&stopped_by_launcher);
         if (o->save_every && tr->step % o->save_every == 0 && tr->step < tr->steps &&
             tr->step != o->stop_at && !stop_signal && save_run(o->out, tr, d) == 0 &&
             tr->rank == 0) {
@@ -606,7 +611,7 @@ static int train_loop(trainer *tr, const dataset *d, const options *o)
     }
     if (tty && tr->step < tr->steps)
         printf("\n");
-    report_speed(tr, tr->step - first, now() - started);
+    report_speed(tr, tr->step - first, gpt_now() - started);
     return 0;
 }
 
@@ -638,8 +643,10 @@ static void describe(const trainer *tr, const dataset *d, const options *o)
 static int finish(trainer *tr, const dataset *d, const options *o)
 {
     double val = tr->val[tr->step - 1];
-    printf("final: step %lld loss %.6f val %.6f\n", (long long)tr->step, tr->loss[tr->step - 1],
-           isnan(val) ? validation_loss(tr, d) : val);
+    if (isnan(val) && !stop_signal) /* a stopped job may have a second before SIGKILL */
+        val = validation_loss(tr, d);
+    printf("final: step %lld loss %.6f", (long long)tr->step, tr->loss[tr->step - 1]);
+    printf(isnan(val) ? "\n" : " val %.6f\n", val);
     int rc = save_run(o->out, tr, d);
     if (!rc && tr->rank == 0)
         rc = gpt_write_loss_svg(o->svg, tr->loss, tr->val, tr->step);
@@ -648,10 +655,9 @@ static int finish(trainer *tr, const dataset *d, const options *o)
     printf("saved %s and %s\n", o->out, o->svg);
     if (tr->step < tr->steps)
         printf("stopped at step %lld of %lld%s; continue with --resume %s\n", (long long)tr->step,
-               (long long)tr->steps, stop_signal == SIGTERM ? " by SIGTERM"
-               : stop_signal ? " by SIGINT" : "", o->out);
-    if (stop_signal)
-        return 128 + stop_signal;
+               (long long)tr->steps, gpt_stop_reason(stop_signal, stopped_by_launcher), o->out);
+    if (stop_signal) /* before MPI_Finalize, which a stopping mpirun may cut short */
+        return fflush(stdout), 128 + stop_signal;
     if (d->task && tr->step == tr->steps && tr->rank == 0) {
         printf("held-out problems (never trained on; greedy generation):\n");
         double acc = task_accuracy(tr->model, d, (uint64_t)o->seed + 2, 500, true);
@@ -665,8 +671,8 @@ static int cmd_train(int argc, char **argv)
     options o = {.config = NULL, .out = "gpt.safetensors", .svg = "loss_curve.svg", .steps = 1500,
                  .batch = 64, .lr = 1e-3, .seed = 1337, .save_every = 500};
     int rc = parse_options(argc, argv, true, &o);
-    if (rc)
-        return rc < 0 ? 0 : rc;
+    if (!gpt_par_all_ok(rc == 0)) /* a rank's bad command line ends every rank */
+        return rc < 0 ? 0 : rc ? rc : EXIT_USAGE;
     if (!o.config)
         o.config = o.data ? "small" : "task";
     if (o.data && !o.set_batch)
@@ -682,8 +688,16 @@ static int cmd_train(int argc, char **argv)
         o.steps = 5000;
     if (llama_task && !o.set_batch)
         o.batch = 32;
-    if ((rc = check_outputs(&o)))
-        return rc;
+    rc = check_outputs(&o);
+    char *text = rc ? NULL : options_text(&o);
+    if (!rc && !text)
+        rc = (fprintf(stderr, "gpt: out of memory\n"), 1);
+    if (!gpt_par_all_ok(rc == 0))
+        return rc ? rc : 1;
+    bool agree = gpt_par_agree(text);
+    free(text);
+    if (!agree)
+        return EXIT_USAGE;
     if (gpt_par_rank() == 0 && tg_safetensors_check_writable(o.out) < 0)
         rc = (fprintf(stderr, "gpt: cannot write --out %s: %s\n", o.out, tg_error_message()), 1);
     if (!rc && gpt_par_rank() == 0)

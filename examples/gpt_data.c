@@ -173,3 +173,42 @@ double task_accuracy(lm *model, const dataset *d, uint64_t seed, int n, bool sho
     tg_rng_free(rng);
     return (double)right / n;
 }
+
+/* FNV-1a over 8-byte words, then the tail's bytes: it only has to tell
+ * copies apart, at memory speed for a 1 GiB text. */
+uint64_t gpt_digest(uint64_t h, const void *p, size_t n)
+{
+    const uint64_t prime = 0x100000001b3ull;
+    const unsigned char *b = p;
+    h ^= 0xcbf29ce484222325ull ^ n;
+    for (; n >= 8; n -= 8, b += 8) {
+        uint64_t w;
+        memcpy(&w, b, 8);
+        h = (h ^ w) * prime;
+        h ^= h >> 29;
+    }
+    for (; n > 0; n--, b++)
+        h = (h ^ *b) * prime;
+    return h;
+}
+
+uint64_t dataset_digest(const dataset *d)
+{
+    uint64_t h = gpt_digest(0, d->vocab.chars, (size_t)d->vocab.size);
+    return d->text ? gpt_digest(h, d->text, (size_t)(d->n_train + d->n_val)) : h;
+}
+
+int gpt_digest_file(const char *path, uint64_t *h)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    static unsigned char chunk[1 << 16];
+    size_t got;
+    *h = 0;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
+        *h = gpt_digest(*h, chunk, got);
+    int rc = ferror(f) ? -1 : 0;
+    fclose(f);
+    return rc;
+}

@@ -46,4 +46,11 @@ double task_accuracy(lm *model, const dataset *d, uint64_t seed, int n, bool sho
  * than 1 GiB). */
 int dataset_load_text(dataset *d, const char *path, int64_t min_train);
 
+/* A 64-bit digest of n bytes, continuing from h (start with 0), to tell
+ * the ranks' copies of an input apart; and of d's vocabulary and text. */
+uint64_t gpt_digest(uint64_t h, const void *p, size_t n);
+uint64_t dataset_digest(const dataset *d);
+/* The digest of a file's bytes into *h; 0, or -1 (errno set) if unreadable. */
+int gpt_digest_file(const char *path, uint64_t *h);
+
 #endif

@@ -3,9 +3,11 @@
  * Built without GPT_WITH_MPI (the library has no MPI) the world is one rank. */
 #include "gpt_dist.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #if GPT_WITH_MPI
 #include <mpi.h>
@@ -21,23 +23,55 @@ struct gpt_opt {
     gpt_comm comm;
 };
 
-#if GPT_WITH_MPI
-static bool joined;  /* gpt_par_init called MPI_Init */
-static tg_dist *job; /* over the model's parameters, once gpt_opt_new made it */
-
-/* mpirun, mpiexec and srun set one of these in every process they start. */
-static bool launched_by_mpi(void)
+/* One of vars (a NULL-terminated list) is set in the environment. */
+static bool any_set(const char *const *vars)
 {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", NULL};
     for (const char *const *v = vars; *v; v++)
         if (getenv(*v))
             return true;
     return false;
 }
 
+/* Open MPI's mpirun, MPICH's hydra, PMIx and Slurm's srun set one of these
+ * in every process they start (Slurm's in a batch script too). */
+bool gpt_par_launched(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                                       "PMIX_RANK", "SLURM_PROCID", "MPI_LOCALRANKID", NULL};
+    return any_set(vars);
+}
+
+/* The line of a and of b (texts of "name value" lines) that differ first,
+ * printed as "NAME differs between ranks: rank 0 has A, rank R has B". */
+static void print_difference(const char *a, const char *b, int rank_b, int differing)
+{
+    size_t na = strcspn(a, "\n"), nb = strcspn(b, "\n");
+    while (na == nb && !memcmp(a, b, na) && a[na] && b[nb]) {
+        a += na + 1, b += nb + 1;
+        na = strcspn(a, "\n"), nb = strcspn(b, "\n");
+    }
+    size_t name = strcspn(a, " ");
+    if (name >= na || name >= nb || memcmp(a, b, name + 1)) /* other lines altogether */
+        fprintf(stderr, "gpt: the ranks' settings differ: rank 0 has '%.*s', rank %d has '%.*s'",
+                (int)na, a, rank_b, (int)nb, b);
+    else
+        fprintf(stderr, "gpt: %.*s differs between ranks: rank 0 has %.*s, rank %d has %.*s",
+                (int)name, a, (int)(na - name - 1), a + name + 1, rank_b,
+                (int)(nb - name - 1), b + name + 1);
+    if (differing > 1)
+        fprintf(stderr, " (%d ranks differ from rank 0)", differing);
+    fprintf(stderr, "; start every rank with the same options and inputs\n");
+}
+
+#if GPT_WITH_MPI
+static bool joined;  /* gpt_par_init called MPI_Init */
+static tg_dist *job; /* over the model's parameters, once gpt_opt_new made it */
+
 int gpt_par_init(int *argc, char ***argv)
 {
-    if (!launched_by_mpi())
+    /* what a process that MPI_Init can join has: not a Slurm batch script */
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", NULL};
+    if (!any_set(vars))
         return 0;
     if (MPI_Init(argc, argv) != MPI_SUCCESS)
         return fprintf(stderr, "gpt: cannot join the MPI job\n"), 1;
@@ -89,6 +123,46 @@ int gpt_par_sum(double *values, int n)
     return 0;
 }
 
+int gpt_par_min(int v)
+{
+    if (joined)
+        MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return v;
+}
+
+/* Collective: a copy of rank root's text on every rank (freed by the caller). */
+static char *broadcast_text(const char *mine, int root)
+{
+    long long n = (long long)strlen(mine) + 1;
+    MPI_Bcast(&n, 1, MPI_LONG_LONG, root, MPI_COMM_WORLD);
+    char *text = malloc((size_t)n);
+    if (!text) { /* a few hundred bytes: the job cannot go on without them */
+        fprintf(stderr, "gpt: out of memory to compare the ranks' settings\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (gpt_par_rank() == root)
+        memcpy(text, mine, (size_t)n);
+    MPI_Bcast(text, (int)n, MPI_CHAR, root, MPI_COMM_WORLD);
+    return text;
+}
+
+bool gpt_par_agree(const char *text)
+{
+    if (!joined)
+        return true;
+    char *first_text = broadcast_text(text, 0);
+    int differs = strcmp(first_text, text) != 0, count = differs;
+    int first = gpt_par_min(differs ? gpt_par_rank() : INT_MAX);
+    if (first != INT_MAX) {
+        MPI_Allreduce(MPI_IN_PLACE, &count, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        char *other = broadcast_text(text, first);
+        print_difference(first_text, other, first, count);
+        free(other);
+    }
+    free(first_text);
+    return first == INT_MAX;
+}
+
 /* The job's tg_dist over ps with rank 0's parameters on every rank, and
  * with zero1 the sharded AdamW; collective. 0, or 1 after printing why. */
 static int join_job(gpt_opt *o, bool zero1, double lr, double weight_decay)
@@ -117,7 +191,32 @@ int gpt_par_sum(double *values, int n)
     (void)values, (void)n;
     return 0;
 }
+int gpt_par_min(int v) { return v; }
+bool gpt_par_agree(const char *text)
+{
+    (void)text, (void)print_difference;
+    return true;
+}
 #endif
+
+bool gpt_par_inputs_agree(const dataset *d, const char *resume, const tg_params *ck)
+{
+    char text[256];
+    size_t n = (size_t)(d ? snprintf(text, 128, "--data a text of %lld characters, digest %016llx\n",
+                                     (long long)(d->n_train + d->n_val),
+                                     (unsigned long long)dataset_digest(d))
+                          : snprintf(text, 128, "--data (not given)\n"));
+    uint64_t h = 0;
+    tg_tensor *history = resume ? tg_params_find(ck, "train.history") : NULL;
+    if (!resume)
+        snprintf(text + n, sizeof text - n, "--resume (not given)\n");
+    else if (gpt_digest_file(resume, &h) < 0)
+        snprintf(text + n, sizeof text - n, "--resume unreadable (%s)\n", strerror(errno));
+    else
+        snprintf(text + n, sizeof text - n, "--resume a checkpoint at step %lld, digest %016llx\n",
+                 history ? (long long)tg_size(history, 0) : -1LL, (unsigned long long)h);
+    return gpt_par_agree(text);
+}
 
 gpt_opt *gpt_opt_new(tg_params *ps, bool zero1, double lr, double weight_decay)
 {

@@ -6,6 +6,8 @@
 
 #include <tensorgrad/tensorgrad.h>
 
+#include "gpt_data.h"
+
 /* Joins the job when mpirun (or another MPI launcher) started the process;
  * otherwise does nothing. 0, or 1 after printing why not. */
 int gpt_par_init(int *argc, char ***argv);
@@ -20,6 +22,23 @@ int gpt_par_size(void);
 bool gpt_par_all_ok(bool ok);
 /* Collective: values[0..n) summed over the ranks, in place. 0, or -1. */
 int gpt_par_sum(double *values, int n);
+/* Collective: the least of the ranks' v. */
+int gpt_par_min(int v);
+/* Collective: text, lines of "name value", is the same on every rank. When
+ * not, every rank prints the first line that differs between rank 0 and the
+ * first rank that differs from it ("gpt: --lr differs between ranks: rank 0
+ * has 0.001, rank 1 has 0.002") and false is returned. */
+bool gpt_par_agree(const char *text);
+
+/* Collective: the ranks read the same text (d, NULL without --data) and the
+ * same checkpoint (resume, loaded into ck; NULL when not resuming), compared
+ * by content: each rank may read its own copy at its own path. As
+ * gpt_par_agree, which prints what differs. */
+bool gpt_par_inputs_agree(const dataset *d, const char *resume, const tg_params *ck);
+
+/* An MPI launcher (mpirun, mpiexec, srun, hydra) started this process: its
+ * environment says so, whether or not the library was built with MPI. */
+bool gpt_par_launched(void);
 
 /* The optimizer of a run: the library's AdamW on every rank, or with zero1
  * the sharded AdamW of <tensorgrad/dist.h> (each rank keeps the moments of

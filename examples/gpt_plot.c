@@ -1,12 +1,51 @@
-/* The loss curve gpt train draws (gpt_plot.h): SVG written by hand, train
- * and validation loss against the step, the loss on a log scale so that the
- * late steps, which move it by a fraction of its first value, stay visible. */
+/* What gpt train shows (gpt_plot.h): its progress lines, and the loss curve
+ * as SVG written by hand, train and validation loss against the step, the
+ * loss on a log scale so that the late steps, which move it by a fraction of
+ * its first value, stay visible. */
 #include "gpt_plot.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+
+double gpt_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *clock_text(double seconds, char buf[32])
+{
+    long s = (long)(seconds + 0.5);
+    snprintf(buf, 32, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+    return buf;
+}
+
+void gpt_print_progress(const gpt_progress *p)
+{
+    int64_t s = p->step;
+    bool measured = !isnan(p->val[s - 1]);
+    if (!p->tty && !measured && s != p->steps)
+        return;
+    double elapsed = gpt_now() - p->started, per_step = elapsed / (double)(s - p->first);
+    double tokens = (double)(s - p->first) * p->tokens_per_step;
+    char e[32], eta[32], val[32] = "";
+    double last_val = NAN;
+    for (int64_t i = s - 1; i >= 0 && isnan(last_val); i--)
+        last_val = p->val[i];
+    if (!isnan(last_val))
+        snprintf(val, sizeof val, "  val %.6f", last_val);
+    printf("%sstep %lld/%lld  loss %.6f%s  %.0f tok/s  elapsed %s  eta %s%s", p->tty ? "\r" : "",
+           (long long)s, (long long)p->steps, p->loss[s - 1], val, tokens / elapsed,
+           clock_text(elapsed, e), clock_text(per_step * (double)(p->steps - s), eta),
+           p->tty ? "\033[K" : "\n");
+    if (p->tty && (measured || s == p->steps))
+        printf("\n"); /* keep the lines with a validation loss */
+    fflush(stdout);
+}
 
 /* A loss near 1e-8 is as good as learned; decades below it would squeeze
  * the rest of the curve. */

@@ -1,9 +1,13 @@
 /* Runs examples/gpt data-parallel under mpiexec (TG_MPIEXEC) on tiny
  * settings: checkpoints that move between world sizes, resuming bit for bit,
- * one rank's bad input ending the whole job, and agreement with one process. */
+ * one rank's bad input ending the whole job, ranks started differently
+ * refusing at once, validation at any world size, the plain lines ranks
+ * print, signals through mpiexec, and agreement with one process. */
 #include "testutil.h"
 
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -235,6 +239,256 @@ START_TEST(bad_checkpoint_on_one_rank_ends_every_rank)
 }
 END_TEST
 
+/* ---- ranks started differently ---- */
+
+/* Runs rank 0 with `gpt train COMMON A` and rank 1 with `gpt train COMMON
+ * B` (mpiexec's MPMD form); the exit status, within 30 s. */
+static int run_two(const char *common, const char *a, const char *b)
+{
+    char args[1024];
+    snprintf(args, sizeof args, "train %s %s : -np 1 %s/gpt train %s %s", common, a,
+             getenv("TG_EXAMPLES"), common, b);
+    double started = seconds_now();
+    int rc = run_np(1, args);
+    ck_assert_msg(seconds_now() - started < 30, "the job took %.0f s to end:\n%s",
+                  seconds_now() - started, tail());
+    return rc;
+}
+
+/* How often fragment occurs in output. */
+static int occurrences(const char *fragment)
+{
+    int n = 0;
+    for (const char *at = output; (at = strstr(at, fragment)) != NULL; at++)
+        n++;
+    return n;
+}
+
+/* Different options hang (--zero1, --save-every with --zero1, --stop-at on
+ * one rank), abort (--steps) or train replicas that disagree (--lr, --seed,
+ * --precision, --batch): every rank refuses before the first step, naming
+ * the option and both values, and the job exits 2. */
+START_TEST(ranks_started_with_different_options_refuse_at_once)
+{
+    static const struct {
+        const char *a, *b, *message;
+    } cases[] = {
+        {"--lr 0.001", "--lr 0.002", "--lr differs between ranks: rank 0 has 0.001, rank 1 has 0.002"},
+        {"--seed 1", "--seed 2", "--seed differs between ranks: rank 0 has 1, rank 1 has 2"},
+        {"--precision bf16", "", "--precision differs between ranks: rank 0 has bf16, rank 1 has (not given)"},
+        {"--zero1", "", "--zero1 differs between ranks: rank 0 has on, rank 1 has off"},
+        {"--zero1 --save-every 2", "--zero1 --save-every 3", "--save-every differs between ranks: rank 0 has 2, rank 1 has 3"},
+        {"", "--stop-at 2", "--stop-at differs between ranks: rank 0 has 0, rank 1 has 2"},
+        {"--steps 4", "--steps 5", "--steps differs between ranks: rank 0 has 4, rank 1 has 5"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = run_two("--config tiny --batch 2 --steps 4 --out o.st --svg l.svg", cases[i].a,
+                         cases[i].b);
+        ck_assert_msg(rc == 2, "%s / %s: exit %d:\n%s", cases[i].a, cases[i].b, rc, tail());
+        ck_assert_msg(occurrences(cases[i].message) == 2, "not on both ranks: '%s' in:\n%s",
+                      cases[i].message, tail());
+        ck_assert_msg(!strstr(output, "step 1/"), "trained:\n%s", tail());
+    }
+    ck_assert_msg(access(in_dir("o.st"), F_OK) != 0, "a checkpoint was written");
+}
+END_TEST
+
+/* Writes n characters of text drawn from seed to dir/name. */
+static void write_text(const char *name, int n, unsigned seed)
+{
+    FILE *f = fopen(in_dir(name), "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        fputc("abcdefgh \n"[(seed >> 16) % 10], f);
+    }
+    fclose(f);
+}
+
+START_TEST(ranks_reading_different_data_or_checkpoints_refuse_at_once)
+{
+    write_text("a.txt", 3000, 1);
+    write_text("b.txt", 3000, 2);
+    const char *common = "--config tiny --batch 2 --steps 4 --out o.st --svg l.svg";
+    ck_assert_int_eq(run_two(common, "--data a.txt", "--data b.txt"), 2);
+    ck_assert_output("--data differs between ranks: rank 0 has a text of 3000 characters, digest ");
+    ck_assert_int_eq(occurrences("--data differs"), 2);
+    write_text("c.txt", 3000, 1); /* a.txt under another name: the same input */
+    ck_assert_int_eq(run_two(common, "--data a.txt", "--data c.txt"), 0);
+    ck_assert_int_eq(run_np(0, "train --data a.txt --config tiny --batch 2 --steps 4 --stop-at 2 "
+                               "--out s2.st --svg l.svg"), 0);
+    ck_assert_int_eq(run_np(0, "train --data a.txt --config tiny --batch 2 --steps 4 --stop-at 3 "
+                               "--out s3.st --svg l.svg"), 0);
+    ck_assert_int_eq(run_two("--data a.txt --out o.st --svg l.svg", "--resume s2.st",
+                             "--resume s3.st"), 2);
+    ck_assert_output("--resume differs between ranks: rank 0 has a checkpoint at step 2, digest ");
+    ck_assert_output("rank 1 has a checkpoint at step 3, digest ");
+}
+END_TEST
+
+/* ---- validation ---- */
+
+START_TEST(validation_loss_does_not_depend_on_the_world_size)
+{
+    write_text("v.txt", 3000, 3);
+    /* stopped at step 6, whose validation loss was not measured */
+    ck_assert_int_eq(run_np(0, "train --data v.txt --config tiny --batch 8 --steps 12 "
+                               "--eval-every 5 --stop-at 6 --out v.st --svg l.svg"), 0);
+    const int worlds[] = {0, 2, 4};
+    double loss, val[3];
+    for (int i = 0; i < 3; i++) {
+        /* nothing trained: the final line measures the checkpoint's parameters */
+        ck_assert_int_eq(run_np(worlds[i], "train --data v.txt --resume v.st --stop-at 6 "
+                                           "--out r.st --svg l.svg"), 0);
+        final_losses(&loss, &val[i]);
+    }
+    ck_assert_msg(fabs(val[1] - val[0]) <= 2e-6 && fabs(val[2] - val[0]) <= 2e-6,
+                  "val %.6f alone, %.6f at 2 ranks, %.6f at 4", val[0], val[1], val[2]);
+}
+END_TEST
+
+/* ---- what a rank writes ---- */
+
+START_TEST(ranks_under_mpiexec_print_plain_lines)
+{
+    ck_assert_int_eq(run_np(1, TASK " --batch 2 --eval-every 1 --out p.st"), 0);
+    ck_assert_output("step 12/12");
+    ck_assert_msg(!strchr(output, '\r') && !strchr(output, '\033'),
+                  "carriage returns or escapes in:\n%s", tail());
+}
+END_TEST
+
+/* ---- signals ---- */
+
+static pid_t job;
+
+/* Starts `mpiexec -np 2 gpt ARGS` in dir, in a process group of its own,
+ * with its output in dir/log; returns once rank 0 printed step 3. mpiexec
+ * gives the ranks 3 s from its SIGTERM to its SIGKILL (1 s by default), so
+ * that a loaded machine has the time to finish a step and save. */
+static void start_job(const char *args)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cd '%s' && exec '%s' --mca odls_base_sigkill_timeout 3 --bind-to "
+             "none -np 2 '%s/gpt' %s > log 2>&1", dir, getenv("TG_MPIEXEC"),
+             getenv("TG_EXAMPLES"), args);
+    unlink(in_dir("log")); /* the last job's log has a step 3 too */
+    job = fork();
+    ck_assert_int_ge(job, 0);
+    if (job == 0) {
+        setpgid(0, 0);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    setpgid(job, job);
+    for (double end = seconds_now() + 60; seconds_now() < end; usleep(20000)) {
+        FILE *f = fopen(in_dir("log"), "r");
+        size_t n = f ? fread(output, 1, sizeof output - 1, f) : 0;
+        output[n] = '\0';
+        if (f)
+            fclose(f);
+        if (strstr(output, "step 3/"))
+            return;
+    }
+    kill(-job, SIGKILL);
+    waitpid(job, NULL, 0);
+    ck_abort_msg("the job printed no step 3:\n%s", tail());
+}
+
+/* Waits up to a minute for the job: its exit status, the log in output. */
+static int wait_job(void)
+{
+    int status = 0;
+    for (double end = seconds_now() + 60; waitpid(job, &status, WNOHANG) == 0; usleep(20000))
+        if (seconds_now() > end) {
+            kill(-job, SIGKILL);
+            waitpid(job, &status, 0);
+            ck_abort_msg("the job did not end");
+        }
+    FILE *f = fopen(in_dir("log"), "r");
+    ck_assert_ptr_nonnull(f);
+    output[fread(output, 1, sizeof output - 1, f)] = '\0';
+    fclose(f);
+    ck_assert_msg(WIFEXITED(status), "mpiexec was killed by signal %d:\n%s", WTERMSIG(status), tail());
+    return WEXITSTATUS(status);
+}
+
+/* The step of "stopped at step N of", and dir/name holds that many steps. */
+static void assert_saved_at_the_stop(const char *name)
+{
+    const char *at = strstr(output, "stopped at step ");
+    ck_assert_msg(at != NULL, "no stopped line:\n%s", tail());
+    long long stopped = atoll(at + strlen("stopped at step "));
+    tg_params ck = {0};
+    ck_assert_msg(tg_safetensors_load(in_dir(name), &ck) == 0, "%s:\n%s", tg_error_message(), tail());
+    tg_tensor *history = tg_params_find(&ck, "train.history");
+    ck_assert_ptr_nonnull(history);
+    ck_assert_int_eq(tg_size(history, 0), stopped);
+    tg_params_clear(&ck);
+}
+
+/* The pid of one of mpiexec's ranks (a child of job named gpt). */
+static pid_t a_rank(void)
+{
+    DIR *proc = opendir("/proc");
+    ck_assert_ptr_nonnull(proc);
+    pid_t found = 0;
+    for (struct dirent *e; !found && (e = readdir(proc)) != NULL;) {
+        char path[300], comm[64];
+        int ppid = 0;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fscanf(f, "%*d (%63[^)]) %*c %d", comm, &ppid) == 2 && ppid == job &&
+            !strcmp(comm, "gpt"))
+            found = (pid_t)atoi(e->d_name);
+        if (f)
+            fclose(f);
+    }
+    closedir(proc);
+    ck_assert_msg(found > 0, "no rank found");
+    return found;
+}
+
+#define SIGNALLED "train --config tiny --batch 2 --steps 100000 --eval-every 1 --save-every 0 --svg l.svg"
+
+/* A Ctrl-C (SIGINT to the process group) or SIGTERM to mpiexec: Open MPI's
+ * mpiexec sends its ranks SIGTERM a second later and exits 1 whatever they
+ * do; in that second the ranks save and say so. */
+START_TEST(signal_to_mpiexec_saves_and_says_the_launcher_stopped_the_job)
+{
+    start_job(SIGNALLED " --out t.st");
+    ck_assert_int_eq(kill(job, SIGTERM), 0);
+    ck_assert_int_eq(wait_job(), 1);
+    ck_assert_output("by SIGTERM from the MPI launcher; continue with --resume t.st");
+    assert_saved_at_the_stop("t.st");
+
+    start_job(SIGNALLED " --zero1 --out i.st");
+    ck_assert_int_eq(kill(-job, SIGINT), 0);
+    ck_assert_int_eq(wait_job(), 1);
+    ck_assert_output("by SIGTERM from the MPI launcher; continue with --resume i.st");
+    assert_saved_at_the_stop("i.st");
+}
+END_TEST
+
+/* A signal to one rank stops every rank at the same step; the job exits with
+ * the signal's code (130, 143); SIGUSR1, which mpiexec passes on to every
+ * rank, stops the job the same way with 138. */
+START_TEST(signal_to_a_rank_or_sigusr1_to_mpiexec_stops_the_job_with_its_code)
+{
+    start_job(SIGNALLED " --out r.st");
+    ck_assert_int_eq(kill(a_rank(), SIGINT), 0);
+    ck_assert_int_eq(wait_job(), 130);
+    ck_assert_output("by SIGINT; continue with --resume r.st");
+    assert_saved_at_the_stop("r.st");
+
+    start_job(SIGNALLED " --zero1 --out u.st");
+    ck_assert_int_eq(kill(job, SIGUSR1), 0);
+    ck_assert_int_eq(wait_job(), 138);
+    ck_assert_output("by SIGUSR1 from the MPI launcher; continue with --resume u.st");
+    assert_saved_at_the_stop("u.st");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("dist_gpt");
@@ -250,6 +504,12 @@ int main(void)
     tcase_add_test(tc, combined_batch_that_ranks_cannot_share_asks_for_batch);
     tcase_add_test(tc, data_file_missing_on_one_rank_ends_every_rank);
     tcase_add_test(tc, bad_checkpoint_on_one_rank_ends_every_rank);
+    tcase_add_test(tc, ranks_started_with_different_options_refuse_at_once);
+    tcase_add_test(tc, ranks_reading_different_data_or_checkpoints_refuse_at_once);
+    tcase_add_test(tc, validation_loss_does_not_depend_on_the_world_size);
+    tcase_add_test(tc, ranks_under_mpiexec_print_plain_lines);
+    tcase_add_test(tc, signal_to_mpiexec_saves_and_says_the_launcher_stopped_the_job);
+    tcase_add_test(tc, signal_to_a_rank_or_sigusr1_to_mpiexec_stops_the_job_with_its_code);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

@@ -1,9 +1,12 @@
 /* Runs examples/gpt on tiny settings in a temporary directory: training on
  * the built-in task and on a small text file, sampling from the checkpoint,
  * resuming bit for bit, signals, and the errors a user (or a file) can make. */
+#define _GNU_SOURCE /* posix_openpt and its kin, for a pseudo-terminal */
 #include "testutil.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -393,6 +396,7 @@ START_TEST(bad_command_lines_are_usage_errors)
         {"train --steps 0", "--steps: '0'"},
         {"train --lr 1e-3x", "--lr: '1e-3x'"},
         {"train --config huge", "unknown 'huge'"},
+        {"train --config \"$(printf 'a\\033[2J\\nb')\"", "--config: unknown 'a\\x1b[2J\\nb'"},
         {"train --arch mamba", "--arch: unknown 'mamba' (gpt or llama)"},
         {"train --arch", "--arch needs a value"},
         {"train --precision fp16", "--precision: unknown 'fp16' (fp32 or bf16)"},
@@ -567,6 +571,37 @@ START_TEST(sigterm_saves_a_resumable_checkpoint_and_exits_143)
 }
 END_TEST
 
+/* sig is pending for pid's process (not yet taken by a thread). */
+static bool signal_pending(pid_t pid, int sig)
+{
+    char path[64], line[128];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    unsigned long long mask = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "ShdPnd: %llx", &mask) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return mask >> (sig - 1) & 1;
+}
+
+/* A Ctrl-C that reaches the program and then its launcher's SIGTERM (as when
+ * a launcher shares the terminal's process group): the first signal is the
+ * one reported, and the second does not cut the save short. */
+START_TEST(first_of_two_signals_is_reported_and_the_run_still_saves)
+{
+    pid_t pid = start("train --batch 64 --steps 100000 --save-every 2 --out s.st --svg s.svg");
+    bool saved = wait_for_file("s.st", 1000, 60);
+    ck_assert_int_eq(kill(pid, SIGINT), 0);
+    for (double end = seconds_now() + 5; signal_pending(pid, SIGINT) && seconds_now() < end;)
+        usleep(1000);
+    ck_assert_int_eq(stop(pid, SIGTERM), 130);
+    ck_assert(saved);
+    ck_assert_output("by SIGINT; continue with --resume s.st");
+}
+END_TEST
+
 START_TEST(data_files_too_large_or_endless_are_refused_at_once)
 {
     char path[128];
@@ -637,6 +672,70 @@ START_TEST(help_prints_the_usage_and_succeeds)
         ck_assert_msg(run(cases[i]) == 0, "gpt %s:\n%s", cases[i], output);
         ck_assert_output("usage: gpt train");
         ck_assert_output("--save-every");
+    }
+}
+END_TEST
+
+START_TEST(config_given_with_resume_must_be_the_checkpoints_shape)
+{
+    ck_assert_int_eq(run("train --config tiny --steps 4 --batch 4 --stop-at 2 --out c.st "
+                         "--svg c.svg"), 0);
+    ck_assert_int_eq(run("train --resume c.st --config task --out o.st --svg o.svg"), 1);
+    ck_assert_output("c.st does not have the shape of --config task; resume it without --config");
+    ck_assert(!strstr(output, "step 3/"));
+    ck_assert_int_eq(run("train --resume c.st --config tiny --out o.st --svg o.svg"), 0);
+    ck_assert_output("final: step 4 ");
+}
+END_TEST
+
+/* Runs `ENV gpt ARGS` in dir with stdout and stderr on a pseudo-terminal, as
+ * mpirun gives its ranks; what it wrote into output. */
+static void run_on_terminal(const char *env, const char *args)
+{
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    ck_assert_int_ge(master, 0);
+    ck_assert_int_eq(grantpt(master), 0);
+    ck_assert_int_eq(unlockpt(master), 0);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cd '%s' && exec env %s '%s/gpt' %s", dir, env,
+             getenv("TG_EXAMPLES"), args);
+    const char *slave_name = ptsname(master);
+    ck_assert_ptr_nonnull(slave_name);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int slave = open(slave_name, O_RDWR);
+        if (slave < 0 || dup2(slave, 1) < 0 || dup2(slave, 2) < 0)
+            _exit(127);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    size_t n = 0;
+    for (ssize_t got; n + 1 < sizeof output && (got = read(master, output + n,
+                                                           sizeof output - 1 - n)) > 0;)
+        n += (size_t)got; /* ends with EIO once the program has exited */
+    output[n] = '\0';
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    close(master);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "gpt %s:\n%s", args, output);
+}
+
+START_TEST(progress_under_an_mpi_launcher_is_plain_lines)
+{
+    const char *args = "train --config tiny --steps 6 --batch 4 --out t.st --svg t.svg";
+    run_on_terminal("", args); /* a terminal: one line that redraws itself */
+    ck_assert_output("\033[K");
+    /* MPICH's and Slurm's marks; Open MPI's and PMIx's make gpt join an MPI
+     * job, which test_dist_gpt runs under mpiexec */
+    static const char *const launchers[] = {"PMI_RANK=0", "SLURM_PROCID=0"};
+    for (size_t i = 0; i < sizeof launchers / sizeof launchers[0]; i++) {
+        run_on_terminal(launchers[i], args);
+        ck_assert_output("step 6/6");
+        /* the terminal turns each \n into \r\n; no other \r, and no escapes */
+        for (const char *c = output; (c = strchr(c, '\r')) != NULL; c++)
+            ck_assert_msg(c[1] == '\n', "%s: a carriage return in:\n%s", launchers[i], output);
+        ck_assert_msg(!strchr(output, '\033'), "%s: escapes in:\n%s", launchers[i], output);
     }
 }
 END_TEST
@@ -810,12 +909,15 @@ int main(void)
     tcase_add_test(tc, unwritable_outputs_are_refused_before_training);
     tcase_add_test(tc, periodic_checkpoint_of_a_killed_run_resumes_bit_for_bit);
     tcase_add_test(tc, sigterm_saves_a_resumable_checkpoint_and_exits_143);
+    tcase_add_test(tc, first_of_two_signals_is_reported_and_the_run_still_saves);
     tcase_add_test(tc, data_files_too_large_or_endless_are_refused_at_once);
     tcase_add_test(tc, sample_prints_tokens_as_they_are_made);
     tcase_add_test(tc, training_on_far_too_little_text_warns_first);
     tcase_add_test(tc, control_characters_of_a_prompt_are_escaped_in_messages);
     tcase_add_test(tc, help_prints_the_usage_and_succeeds);
     tcase_add_test(tc, llama_on_the_task_defaults_to_settings_that_learn_it);
+    tcase_add_test(tc, config_given_with_resume_must_be_the_checkpoints_shape);
+    tcase_add_test(tc, progress_under_an_mpi_launcher_is_plain_lines);
     tcase_add_test(tc, llama_run_resumes_bit_for_bit_and_samples);
     tcase_add_test(tc, llama_checkpoint_that_disagrees_with_itself_is_refused);
     tcase_add_test(tc, gpt_checkpoint_without_an_arch_record_still_loads);
