@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch reference for the Llama benchmark configs, with the options, timing
-and JSON lines of ../shared/bench/torch_ref.py, so bench/compare.py-style
+and JSON lines of bench/torch_ref.py, so bench/compare.py-style
 scripts can join them with tensorgrad's lines of the same config names.
 
     /usr/bin/python3 bench/torch_llama.py [--threads N] [--bf16] [llama-medium] [llama-generate]
