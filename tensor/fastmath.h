@@ -22,11 +22,11 @@
  * clang emit; gcc's output is unchanged.
  *
  * -Dvector_clones=false defines both away: each kernel is compiled once,
- * for the baseline. ThreadSanitizer needs that: the loader runs a
- * program's resolvers while it relocates the program, before the
- * sanitizer's runtime is set up, so a program that links the static
- * library (the tests do) crashes at load in an instrumented resolver. The
- * GEMM's own dispatch (gemm_x86.c) asks the CPU at run time and stays. */
+ * for the baseline. ThreadSanitizer needs that: the loader runs the
+ * resolvers while it relocates the program and the library, before the
+ * sanitizer's runtime is set up, so every test crashes at load in an
+ * instrumented resolver. The GEMM's own dispatch (gemm_x86.c) asks the
+ * CPU at run time and stays. */
 #ifndef TG_FASTMATH_H
 #define TG_FASTMATH_H
 
