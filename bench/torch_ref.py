@@ -45,6 +45,17 @@ def timed(fn, warmup, reps):
     return best[len(best) // 2]
 
 
+def lm_step(model, opt, x, y, vocab):
+    """One training step of a language model: forward, cross-entropy, backward, update."""
+    with autocast():
+        logits = model(x)
+    loss = F.cross_entropy(logits.float().view(-1, vocab), y.view(-1))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss
+
+
 # ---- matmul -----------------------------------------------------------------
 def bench_matmul(threads):
     for (m, n, k) in [(64, 64, 64), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
@@ -101,12 +112,7 @@ def bench_attn_toy(threads):
         idx = torch.randint(0, len(data) - CTX - 1, (32,))
         x = torch.stack([data[i:i + CTX] for i in idx])
         y = torch.stack([data[i + 1:i + CTX + 1] for i in idx])
-        with autocast():
-            logits = model(x)
-        loss = F.cross_entropy(logits.float().view(-1, V), y.view(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        loss = lm_step(model, opt, x, y, V)
     dt = time.perf_counter() - t
     emit(config="attn-toy", threads=threads, metric="train_800_steps", value=round(dt, 3),
          unit="s", final_loss=round(loss.item(), 4))
@@ -187,15 +193,7 @@ def bench_gpt(name, threads):
     x = torch.randint(0, V, (B, T))
     y = torch.randint(0, V, (B, T))
 
-    def step():
-        with autocast():
-            logits = model(x)
-        loss = F.cross_entropy(logits.float().view(-1, V), y.view(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-    dt = timed(step, 2, 10 if name == "gpt-small" else 5)
+    dt = timed(lambda: lm_step(model, opt, x, y, V), 2, 10 if name == "gpt-small" else 5)
     emit(config=name, threads=threads, metric="train_step", value=round(dt * 1e3, 2), unit="ms",
          tokens_per_s=round(B * T / dt, 1))
 

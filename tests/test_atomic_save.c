@@ -44,17 +44,7 @@ static void remove_dir(void)
     rmdir(dir);
 }
 
-/* Entries of dir other than . and .. */
-static int count_entries(void)
-{
-    DIR *d = opendir(dir);
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-    closedir(d);
-    return n;
-}
+static int count_entries(void) { return dir_entries(dir); }
 
 /* Version v of the checkpoint: "big" [BIG] and "version" [] hold values
  * that differ in every element between versions. */

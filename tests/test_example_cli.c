@@ -4,7 +4,6 @@
  * and the classifier saves the checkpoint the README shows it saving. */
 #include "testutil.h"
 
-#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,17 +61,6 @@ static double seconds_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int entries_in(const char *path)
-{
-    DIR *d = opendir(path);
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-    closedir(d);
-    return n;
-}
-
 /* Refused at once: exit 1 and one line naming the option, the path and why
  * (the library's check), nothing trained or printed before it, no file left.
  * Before the check the runs trained and failed only at the save. */
@@ -88,7 +76,7 @@ START_TEST(unwritable_output_is_refused_before_training)
                   output);
     ck_assert_msg(strchr(output, '\n') == output + strlen(output) - 1,
                   "%s %s printed more than the refusal:\n%s", name, args, output);
-    ck_assert_int_eq(entries_in(dir), 0);
+    ck_assert_int_eq(dir_entries(dir), 0);
     if (!getenv("TG_MEMCHECK")) /* valgrind takes seconds to start a program */
         ck_assert_msg(took < 5, "%s %s took %.1f s to refuse", name, args, took);
 }
