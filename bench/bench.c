@@ -1,6 +1,6 @@
-/* The benchmark program: runs the configs of ../shared/BENCHMARKS.md with
+/* The benchmark program: runs the configs of bench/README.md with
  * tensorgrad and prints one JSON line per config, with the keys, metric names
- * and warmup/repetition counts of ../shared/bench/torch_ref.py, so that
+ * and warmup/repetition counts of bench/torch_ref.py, so that
  * bench/compare.py can join the two; a first line says what the library picked.
  * Each config runs at each --precision (fp32, then bf16: tg_set_matmul_precision
  * around the whole config), and its lines say which, as torch_ref.py's do.

@@ -11,7 +11,7 @@
 #include <tensorgrad/dist.h>
 #include <tensorgrad/tensorgrad.h>
 
-/* The configs of ../shared/BENCHMARKS.md: batch is each rank's. */
+/* The configs of bench/README.md: batch is each rank's. */
 typedef struct {
     const char *name;
     tg_gpt_config c;

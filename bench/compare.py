@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Runs tensorgrad's benchmark (bench/bench.c) and the PyTorch reference
-(../shared/bench/torch_ref.py; bench/torch_llama.py for the llama-* configs,
+(bench/torch_ref.py; bench/torch_llama.py for the llama-* configs,
 bench/torch_seq2seq.py for seq2seq)
 alternately, several rounds in one session, and prints a markdown table: the
 best result per config for tensorgrad at fp32 and at bf16 (bench runs both
@@ -173,8 +173,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default=str(root / "build" / "bench" / "bench"),
                     help="tensorgrad's benchmark binary (default: build/bench/bench)")
-    ap.add_argument("--torch-ref", default=str(root.parent / "shared" / "bench" / "torch_ref.py"),
-                    help="PyTorch reference script (default: ../shared/bench/torch_ref.py)")
+    ap.add_argument("--torch-ref", default=str(root / "bench" / "torch_ref.py"),
+                    help="PyTorch reference script (default: bench/torch_ref.py)")
     ap.add_argument("--configs", nargs="+", default=CONFIGS, choices=CONFIGS, metavar="NAME",
                     help="configs to run (default: all): " + " ".join(CONFIGS))
     ap.add_argument("--torch-llama", default=str(root / "bench" / "torch_llama.py"),

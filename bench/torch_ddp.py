@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tensorgrad's data parallelism against PyTorch's DistributedDataParallel
 (gloo backend on 127.0.0.1, 2 processes, one thread each, the gpt-small config
-of ../shared/BENCHMARKS.md: vocab 65, ctx 64, 4 layers, 4 heads, d 128).
+of bench/README.md: vocab 65, ctx 64, 4 layers, 4 heads, d 128).
 
   torch_ddp.py grads FILE   FILE from `mpiexec -np 2 build/bench/bench_dist grads FILE`:
                             loads its initial weights and its combined batch, splits the

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch reference for the Llama benchmark configs, with the options, timing
-and JSON lines of ../shared/bench/torch_ref.py, so bench/compare.py-style
-scripts can join them with tensorgrad's lines of the same config names.
+and JSON lines of bench/torch_ref.py (its helpers), so bench/compare.py can
+join them with tensorgrad's lines of the same config names.
 
     /usr/bin/python3 bench/torch_llama.py [--threads N] [--bf16] [llama-medium] [llama-generate]
 
@@ -19,20 +19,19 @@ llama-generate: 200 new tokens, greedy, batch 1, from a one-token prompt, at
   float32 parameters and AdamW state; lines carry "precision": "bf16".
 """
 import argparse
-import contextlib
-import json
 import os
-import resource
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
+import torch_ref  # the reference's precision switch, JSON lines and timing
+from torch_ref import autocast, emit, timed
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 from llama_torch import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-PRECISION = "fp32"
 BATCH = 8
 
 
@@ -41,30 +40,6 @@ def llama_medium_config():
                        n_embd=384, hidden=1024, rope_theta=10000.0, norm_eps=1e-5, tie=True,
                        pairing="half")
 
-
-def autocast():
-    if PRECISION == "bf16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def emit(**kw):
-    kw["precision"] = PRECISION
-    kw["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    print(json.dumps(kw), flush=True)
-
-
-def timed(fn, warmup, reps):
-    """The median of reps calls after warmup untimed ones, in seconds."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def bench_train(threads):
@@ -120,7 +95,7 @@ if __name__ == "__main__":
     for name in a.configs:
         if name not in BENCHES:
             ap.error(f"unknown config {name!r} (known: {', '.join(BENCHES)})")
-    PRECISION = "bf16" if a.bf16 else "fp32"
+    torch_ref.PRECISION = "bf16" if a.bf16 else "fp32"
     torch.set_num_threads(a.threads)
     for name in a.configs:
         BENCHES[name](a.threads)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch reference for the seq2seq benchmark config, with the options, timing
-and JSON lines of bench/torch_llama.py, so bench/compare.py can join them with
-tensorgrad's line of the same name.
+and JSON lines of bench/torch_ref.py (its helpers), so bench/compare.py can
+join them with tensorgrad's line of the same name.
 
     /usr/bin/python3 bench/torch_seq2seq.py [--threads N] [--bf16] [seq2seq]
 
@@ -16,41 +16,14 @@ seq2seq: one training step (forward, MSE loss, backward, AdamW lr 1e-3 weight
   float32 parameters and AdamW state; lines carry "precision": "bf16".
 """
 import argparse
-import contextlib
-import json
-import resource
-import time
 
 import torch
 import torch.nn.functional as F
 
-PRECISION = "fp32"
+import torch_ref  # the reference's precision switch, JSON lines and timing
+from torch_ref import autocast, emit, timed
+
 BATCH, SRC, TGT, D_MODEL = 16, 64, 64, 256
-
-
-def autocast():
-    if PRECISION == "bf16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def emit(**kw):
-    kw["precision"] = PRECISION
-    kw["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    print(json.dumps(kw), flush=True)
-
-
-def timed(fn, warmup, reps):
-    """The median of reps calls after warmup untimed ones, in seconds."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def bench_seq2seq(threads):
@@ -88,7 +61,7 @@ if __name__ == "__main__":
     for name in a.configs:
         if name not in BENCHES:
             ap.error(f"unknown config {name!r} (known: {', '.join(BENCHES)})")
-    PRECISION = "bf16" if a.bf16 else "fp32"
+    torch_ref.PRECISION = "bf16" if a.bf16 else "fp32"
     torch.set_num_threads(a.threads)
     for name in a.configs:
         BENCHES[name](a.threads)

@@ -11,7 +11,9 @@ enum { VOCAB = 6, T = 8, D = 32, BATCH = 32, STEPS = 300 };
 
 static const char usage[] = "usage: classifier [--out FILE]\n"
                             "  --out FILE  where to save the trained weights "
-                            "(default classifier.safetensors)\n";
+                            "(default classifier.safetensors); one that cannot be\n"
+                            "              written is refused before training\n"
+                            "Exit codes: 0 done, 1 failed, 2 bad command line.\n";
 
 int main(int argc, char **argv)
 {
@@ -22,6 +24,9 @@ int main(int argc, char **argv)
         out = argv[2];
     else if (argc != 1)
         return fprintf(stderr, "classifier: bad arguments\n%s", usage), 2;
+    if (tg_path_check_writable(out) < 0) /* now, not after the training */
+        return fprintf(stderr, "classifier: cannot write --out %s: %s\n", out,
+                       tg_error_message()), 1;
 
     tg_rng *rng = tg_rng_new(0);
     tg_encoder_config layer = {.d_model = D, .nhead = 4, .dim_feedforward = 64,

@@ -311,7 +311,9 @@ static void usage(FILE *f, const char *prog)
             "  --quick      150 steps: a short run that still beats chance by far\n"
             "  --seed S     seed for the initial weights and the training data (default 1)\n"
             "  --save FILE  where to write the trained weights (default encoder.safetensors)\n"
-            "  --eval FILE  load weights from FILE and evaluate them; no training\n",
+            "  --eval FILE  load weights from FILE and evaluate them; no training\n"
+            "A --save that cannot be written is refused before training.\n"
+            "Exit codes: 0 done, 1 failed, 2 bad command line.\n",
             prog);
 }
 
@@ -366,6 +368,9 @@ int main(int argc, char **argv)
         usage(parsed > 0 ? stdout : stderr, argv[0]);
         return parsed > 0 ? 0 : 2;
     }
+    if (!o.eval && tg_path_check_writable(o.save) < 0) /* now, not after the training */
+        return fprintf(stderr, "encoder: cannot write --save %s: %s\n", o.save,
+                       tg_error_message()), 1;
 
     /* The held-out set comes from its own seed and is never trained on. */
     batch *held = malloc(sizeof *held);

@@ -700,8 +700,8 @@ static int cmd_train(int argc, char **argv)
         return EXIT_USAGE;
     if (gpt_par_rank() == 0 && tg_safetensors_check_writable(o.out) < 0)
         rc = (fprintf(stderr, "gpt: cannot write --out %s: %s\n", o.out, tg_error_message()), 1);
-    if (!rc && gpt_par_rank() == 0)
-        rc = gpt_probe_writable("--svg", o.svg);
+    if (!rc && gpt_par_rank() == 0 && tg_path_check_writable(o.svg) < 0)
+        rc = (fprintf(stderr, "gpt: cannot write --svg %s: %s\n", o.svg, tg_error_message()), 1);
     if (!gpt_par_all_ok(rc == 0)) /* only rank 0 writes them */
         return rc ? rc : 1;
     dataset d = {0};

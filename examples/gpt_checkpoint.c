@@ -3,8 +3,6 @@
  * config and every parameter's shape are checked before a model is built. */
 #include "gpt_checkpoint.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <sys/stat.h>
@@ -454,32 +452,4 @@ bool gpt_same_file(const char *a, const char *b)
         return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
     char ra[PATH_MAX], rb[PATH_MAX];
     return resolve(a, ra) && resolve(b, rb) && !strcmp(ra, rb);
-}
-
-/* Finds out now, not after training, whether the picture can be written
- * (fopen, not a checkpoint save): a directory or an unwritable file is
- * refused, and a temporary file is created and removed beside the file path
- * resolves to. 0, or 1 after saying why not. */
-int gpt_probe_writable(const char *option, const char *path)
-{
-    char target[PATH_MAX], probe[PATH_MAX + 32];
-    struct stat st;
-    const char *problem = NULL;
-    if (!*path || !resolve(path, target))
-        problem = "its directory does not exist";
-    else if (stat(target, &st) == 0 && S_ISDIR(st.st_mode))
-        problem = "it is a directory";
-    else if (access(target, F_OK) == 0 && access(target, W_OK) != 0)
-        problem = strerror(errno);
-    else {
-        snprintf(probe, sizeof probe, "%s.probe.%ld", target, (long)getpid());
-        int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
-        if (fd < 0)
-            problem = strerror(errno);
-        else
-            close(fd), unlink(probe);
-    }
-    if (problem)
-        fprintf(stderr, "gpt: cannot write %s %s: %s\n", option, path, problem);
-    return problem ? 1 : 0;
 }

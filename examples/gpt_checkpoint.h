@@ -77,10 +77,4 @@ int gpt_checkpoint_load_history(const char *path, const tg_params *ck, int64_t d
  * file a save would create). */
 bool gpt_same_file(const char *a, const char *b);
 
-/* Finds out now, not at the end of a run, whether a plain fopen of path for
- * writing (the loss curve) will work: refuses a directory and an unwritable
- * file, and creates and removes a temporary file beside the file path
- * resolves to. 0, or 1 after printing "cannot write <option> <path>: why". */
-int gpt_probe_writable(const char *option, const char *path);
-
 #endif

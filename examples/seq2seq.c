@@ -551,7 +551,9 @@ static void usage(FILE *f, const char *prog)
             "  --seed S    seed for the initial weights and the training data (default 1)\n"
             "  --out FILE  where to save the trained model (default seq2seq.safetensors)\n"
             "  --load FILE evaluate the model saved in FILE; no training\n"
-            "  --beam K    beams of the beam search, 1..%d (default 4; 1 skips it)\n",
+            "  --beam K    beams of the beam search, 1..%d (default 4; 1 skips it)\n"
+            "An --out that cannot be written is refused before training.\n"
+            "Exit codes: 0 done, 1 failed, 2 bad command line.\n",
             prog, VOCAB);
 }
 
@@ -607,6 +609,9 @@ int main(int argc, char **argv)
         usage(parsed > 0 ? stdout : stderr, argv[0]);
         return parsed > 0 ? 0 : 2;
     }
+    if (!o.load && tg_path_check_writable(o.out) < 0) /* now, not after the training */
+        return fprintf(stderr, "seq2seq: cannot write --out %s: %s\n", o.out,
+                       tg_error_message()), 1;
     int held[HELD_OUT];
     make_held_out(held);
     tg_rng *rng = tg_rng_new(o.seed);

@@ -38,7 +38,9 @@ static void usage(FILE *f, const char *prog)
             "  --steps N   training steps, 1 or more (default 800)\n"
             "  --seed S    seed for the initial weights and the batches (default 0)\n"
             "  --svg FILE  where to write the attention heatmap "
-            "(default attention_heatmap.svg)\n",
+            "(default attention_heatmap.svg); one that cannot be written\n"
+            "              is refused before training\n"
+            "Exit codes: 0 done, 1 failed, 2 bad command line.\n",
             prog);
 }
 
@@ -496,6 +498,11 @@ int main(int argc, char **argv)
     if (parsed != 0) {
         usage(parsed > 0 ? stdout : stderr, argv[0]);
         return parsed > 0 ? 0 : 2;
+    }
+    if (tg_path_check_writable(o.svg_path) < 0) { /* now, not after the training */
+        fprintf(stderr, "%s: cannot write --svg %s: %s\n", argv[0], o.svg_path,
+                tg_error_message());
+        return 1;
     }
     corpus c;
     if (corpus_build(&c) < 0) {

@@ -1,6 +1,6 @@
 /* Where a checkpoint save writes: resolving the path through symlinks, what
- * a save refuses to replace, temporary files beside the target (and those
- * of writers that died), and tg_safetensors_check_writable. */
+ * a save refuses to replace, temporary files beside the target (and dead
+ * writers'), and the checks that a path can be written (*_check_writable). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -207,12 +207,13 @@ void tg__save_sync_dir(const char *path)
     free(dir);
 }
 
-int tg_safetensors_check_writable(const char *path)
+/* The check both public names make, errors naming fn: prepare as a save
+ * does, then create and remove a temporary file where the save would. */
+static int check_writable(const char *fn, const char *path)
 {
-    TG_CHECK_ARG_STATUS(path);
     tg__save_dest d;
     char *tmp = NULL;
-    int rc = tg__save_prepare(&d, __func__, path);
+    int rc = tg__save_prepare(&d, fn, path);
     if (rc == 0) {
         int fd = tg__save_create_temp(&d, &tmp);
         if (fd < 0) {
@@ -225,4 +226,16 @@ int tg_safetensors_check_writable(const char *path)
     free(tmp);
     free(d.target);
     return rc;
+}
+
+int tg_path_check_writable(const char *path)
+{
+    TG_CHECK_ARG_STATUS(path);
+    return check_writable(__func__, path);
+}
+
+int tg_safetensors_check_writable(const char *path)
+{
+    TG_CHECK_ARG_STATUS(path);
+    return check_writable(__func__, path);
 }

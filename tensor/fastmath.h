@@ -19,14 +19,23 @@
  * declaration carrying the attribute, clang's own cure, miscompiles in
  * clang 14: the caller jumps to the resolver). There the macro adds the
  * global "name" as an alias of the dispatcher, which is what gcc and later
- * clang emit; gcc's output is unchanged. */
+ * clang emit; gcc's output is unchanged.
+ *
+ * -Dvector_clones=false defines both away: each kernel is compiled once,
+ * for the baseline. ThreadSanitizer needs that: the loader runs the
+ * resolvers while it relocates the program and the library, before the
+ * sanitizer's runtime is set up, so every test crashes at load in an
+ * instrumented resolver. The GEMM's own dispatch (gemm_x86.c) asks the
+ * CPU at run time and stays. */
 #ifndef TG_FASTMATH_H
 #define TG_FASTMATH_H
 
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__has_attribute)
+#include "tg_config.h"
+
+#if TG_WITH_VECTOR_CLONES && defined(__x86_64__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define TG_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #endif

@@ -44,17 +44,7 @@ static void remove_dir(void)
     rmdir(dir);
 }
 
-/* Entries of dir other than . and .. */
-static int count_entries(void)
-{
-    DIR *d = opendir(dir);
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-    closedir(d);
-    return n;
-}
+static int count_entries(void) { return dir_entries(dir); }
 
 /* Version v of the checkpoint: "big" [BIG] and "version" [] hold values
  * that differ in every element between versions. */
@@ -297,6 +287,36 @@ START_TEST(check_writable_agrees_with_save)
 }
 END_TEST
 
+/* The general check gives the checkpoint check's answers, in its own name,
+ * for a picture or log as much as a checkpoint, and leaves nothing behind. */
+START_TEST(path_check_writable_answers_as_the_checkpoint_check)
+{
+    make_dir();
+    char path[512], file[512];
+    snprintf(path, sizeof path, "%s/plot.svg", dir);
+    snprintf(file, sizeof file, "%s/file", dir);
+    ck_assert_int_eq(tg_path_check_writable(path), 0);
+    ck_assert_int_eq(count_entries(), 0);
+    write_text(file, "keep");
+    ck_assert_int_eq(tg_path_check_writable(file), 0);
+    ck_assert(file_is(file, "keep"));
+    snprintf(path, sizeof path, "%s/missing/plot.svg", dir);
+    ck_assert_int_eq(tg_path_check_writable(path), -1);
+    ck_assert_error(TG_ERR_IO, "tg_path_check_writable: ", path, "No such file");
+    ck_assert_int_eq(tg_path_check_writable(dir), -1);
+    ck_assert_error(TG_ERR_IO, "tg_path_check_writable: ", dir, "is a directory");
+    ck_assert_int_eq(tg_path_check_writable("."), -1);
+    ck_assert_error(TG_ERR_IO, "tg_path_check_writable: .: names a directory");
+    ck_assert_int_eq(chmod(file, 0444), 0);
+    ck_assert_int_eq(tg_path_check_writable(file), -1);
+    ck_assert_error(TG_ERR_IO, "tg_path_check_writable: ", file, "is read-only");
+    ck_assert_int_eq(tg_path_check_writable(NULL), -1);
+    ck_assert_error(TG_ERR_NULL, "tg_path_check_writable", "path");
+    ck_assert_int_eq(count_entries(), 1);
+    remove_dir();
+}
+END_TEST
+
 /* A symlink stays a symlink: the file it names is replaced. Relative links
  * resolve from the link's directory, chains are followed, a dangling link
  * creates the file it names, and a loop is a clear error. */
@@ -462,6 +482,7 @@ int main(void)
     tcase_add_test(tc, killed_writer_leaves_previous_checkpoint_intact);
     tcase_add_test(tc, failed_save_removes_its_temporary_file);
     tcase_add_test(tc, check_writable_agrees_with_save);
+    tcase_add_test(tc, path_check_writable_answers_as_the_checkpoint_check);
     tcase_add_test(tc, save_through_symlink_replaces_target_and_keeps_link);
     tcase_add_test(tc, save_keeps_permissions_and_refuses_read_only_files);
     tcase_add_test(tc, save_to_empty_path_is_refused_and_creates_nothing);

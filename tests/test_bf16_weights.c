@@ -231,7 +231,9 @@ START_TEST(release_cached_memory_drops_the_copies)
 }
 END_TEST
 
-/* Threads racing to make and read one weight's copy. */
+/* Threads racing to make and read one weight's copy: one storage, a tensor
+ * of it per thread (a tensor's reference count is one thread's at a time;
+ * the copy is the storage's, shared). */
 typedef struct {
     const tg_tensor *w;
     uint32_t seed;
@@ -266,13 +268,15 @@ static void *race(void *arg)
 START_TEST(threads_share_one_weight_safely)
 {
     tg_tensor *w = uniform(2, SHAPE(300, 200), 15);
-    race_ctx r[3] = {{w, 100, 0}, {w, 200, 0}, {w, 300, 0}};
+    tg_tensor *views[3] = {tg_detach(w), tg_detach(w), tg_detach(w)};
+    race_ctx r[3] = {{views[0], 100, 0}, {views[1], 200, 0}, {views[2], 300, 0}};
     pthread_t t[3];
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(pthread_create(&t[i], NULL, race, &r[i]), 0);
     for (int i = 0; i < 3; i++) {
         pthread_join(t[i], NULL);
         ck_assert_int_eq(r[i].bad, 0);
+        tg_release(views[i]);
     }
     tg_release(w);
     ck_assert_int_eq(tg__bf16_weights_count(NULL), 0);

@@ -1,8 +1,10 @@
 /* What every example program promises on its command line: --help prints
  * the usage on stdout and exits 0, an unknown argument exits 2 with the
- * usage; and the classifier saves the checkpoint docs/models.md shows it saving. */
+ * usage, an output that cannot be written is refused before any training;
+ * and the classifier saves the checkpoint docs/models.md shows it saving. */
 #include "testutil.h"
 
+#include <time.h>
 #include <unistd.h>
 
 static const char *const examples[] = {"attention", "attention_walkthrough", "classifier",
@@ -33,6 +35,50 @@ START_TEST(unknown_argument_exits_2_with_usage)
     int status = run_example_in(dir, name, "--no-such-option 7", output, sizeof output);
     ck_assert_msg(status == 2, "%s --no-such-option exited %d:\n%s", name, status, output);
     ck_assert_msg(strstr(output, "usage:") != NULL, "%s printed no usage:\n%s", name, output);
+}
+END_TEST
+
+/* Outputs the trainers cannot write: a missing directory, or a directory
+ * itself. A few steps each, so that a run that trains anyway ends soon. */
+static const struct {
+    const char *name, *args, *message;
+} unwritable[] = {
+    {"classifier", "--out nodir/c.st", "classifier: cannot write --out nodir/c.st: "},
+    {"classifier", "--out .", "classifier: cannot write --out .: "},
+    {"encoder", "--steps 3 --save nodir/e.st", "encoder: cannot write --save nodir/e.st: "},
+    {"encoder", "--steps 3 --save .", "encoder: cannot write --save .: "},
+    {"seq2seq", "--steps 3 --out nodir/x.st", "seq2seq: cannot write --out nodir/x.st: "},
+    {"seq2seq", "--steps 3 --out .", "seq2seq: cannot write --out .: "},
+    {"toy_attention_lm", "--steps 3 --svg nodir/a.svg", "cannot write --svg nodir/a.svg: "},
+    {"toy_attention_lm", "--steps 3 --svg .", "cannot write --svg .: "},
+};
+enum { N_UNWRITABLE = sizeof unwritable / sizeof unwritable[0] };
+
+static double seconds_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Refused at once: exit 1 and one line naming the option, the path and why
+ * (the library's check), nothing trained or printed before it, no file left.
+ * Before the check the runs trained and failed only at the save. */
+START_TEST(unwritable_output_is_refused_before_training)
+{
+    const char *name = unwritable[_i].name, *args = unwritable[_i].args;
+    double start = seconds_now();
+    int status = run_example_in(dir, name, args, output, sizeof output);
+    double took = seconds_now() - start;
+    ck_assert_msg(status == 1, "%s %s exited %d:\n%s", name, args, status, output);
+    ck_assert_msg(strstr(output, unwritable[_i].message), "%s %s printed:\n%s", name, args, output);
+    ck_assert_msg(strstr(output, "tg_path_check_writable: "), "%s %s printed:\n%s", name, args,
+                  output);
+    ck_assert_msg(strchr(output, '\n') == output + strlen(output) - 1,
+                  "%s %s printed more than the refusal:\n%s", name, args, output);
+    ck_assert_int_eq(dir_entries(dir), 0);
+    if (!getenv("TG_MEMCHECK")) /* valgrind takes seconds to start a program */
+        ck_assert_msg(took < 5, "%s %s took %.1f s to refuse", name, args, took);
 }
 END_TEST
 
@@ -101,6 +147,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, help_prints_usage_on_stdout_and_exits_0, 0, N_EXAMPLES);
     tcase_add_loop_test(tc, unknown_argument_exits_2_with_usage, 0, N_EXAMPLES);
+    tcase_add_loop_test(tc, unwritable_output_is_refused_before_training, 0, N_UNWRITABLE);
     tcase_add_test(tc, classifier_saves_weights_that_classify_a_fresh_batch);
     suite_add_tcase(s, tc);
     return run_suite(s);

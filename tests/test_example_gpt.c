@@ -516,7 +516,7 @@ START_TEST(unwritable_outputs_are_refused_before_training)
         {"--svg nodir/c.svg", "cannot write --svg nodir/c.svg"},
         {"--out t.txt/m.st", "cannot write --out t.txt/m.st"},
         {"--out .", "cannot write --out .: tg_safetensors_check_writable: .: names a directory"},
-        {"--svg sub", "cannot write --svg sub: it is a directory"},
+        {"--svg sub", "cannot write --svg sub: tg_path_check_writable: sub: is a directory"},
         {"--out broken", "cannot write --out broken"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -268,8 +268,10 @@ START_TEST(unwritable_svg_path_fails_with_a_message)
 {
     char out[OUT_CAP];
     int st = run_example("--steps 1 --svg /nonexistent-dir/x.svg", out, sizeof out);
-    ck_assert_msg(st != 0, "exit 0 writing to a missing directory");
-    ck_assert_msg(strstr(out, "cannot write /nonexistent-dir/x.svg") != NULL, "got:\n%s", out);
+    ck_assert_msg(st == 1, "exit %d writing to a missing directory", st);
+    ck_assert_msg(strstr(out, "cannot write --svg /nonexistent-dir/x.svg: ") != NULL, "got:\n%s",
+                  out);
+    ck_assert_msg(strstr(out, "loss") == NULL, "trained anyway:\n%s", out);
 }
 END_TEST
 

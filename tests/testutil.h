@@ -4,6 +4,7 @@
 #define TG_TESTUTIL_H
 
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +146,18 @@ static inline void make_temp_dir(char *dir, size_t size, const char *prefix)
 {
     snprintf(dir, size, "/tmp/%s_XXXXXX", prefix);
     ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+/* Entries of the directory path other than . and .. */
+static inline int dir_entries(const char *path)
+{
+    DIR *d = opendir(path);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
 }
 
 static inline void remove_temp_dir(const char *dir)

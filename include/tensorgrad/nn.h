@@ -713,14 +713,22 @@ TG_API double tg_lr_warmup_cosine(int64_t step, int64_t warmup, int64_t total, d
  * that pattern only; a live writer's file is never touched). */
 TG_API int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,
                                const char *const *keys, const char *const *values);
-/* Checks now that tg_safetensors_save(path, ...) could replace or create
- * path: resolves it as save does (a symlink is followed to its target),
- * refuses what save would refuse (an empty path, a directory, an existing
- * file with no write permission bits, ...), and creates and removes a
- * temporary file in the target's directory. 0, or -1 with the error save
- * would give (TG_ERR_IO, the message naming this function and the path). A
- * NULL path is TG_ERR_NULL. The answer holds for now only: the file system
- * may change before the save. */
+/* Checks now, before hours of work, that a program could later create or
+ * replace the regular file path, and leaves no file behind: path is resolved
+ * as tg_safetensors_save resolves it (a symlink is followed to its target),
+ * what save refuses is refused, and a temporary file is created and removed
+ * in the target's directory. For any output a program will write, a
+ * checkpoint, a picture or a log alike. 0, or -1 with TG_ERR_IO, the message
+ * naming this function and the path, and why: the path is empty; it names a
+ * directory ("." or a trailing '/' too); the file is a directory, is not a
+ * regular file (a FIFO, a device), or has no write permission bits (root
+ * too); a link chain is over 40 long; the directory does not exist, is not
+ * a directory, or refuses a new file (the errno text). A NULL path is
+ * TG_ERR_NULL. The answer holds for now only: the file system may change
+ * before the write. */
+TG_API int tg_path_check_writable(const char *path);
+/* tg_path_check_writable for a checkpoint tg_safetensors_save will write:
+ * the same check and answers, the message naming this function. */
 TG_API int tg_safetensors_check_writable(const char *path);
 /* Reads every tensor of path into out (as new contiguous tensors, names as
  * in the file). Rejects, with a message naming the problem and the file:
