@@ -1,6 +1,6 @@
-/* The default thread count's inputs: the ranks of this job on this node (the
- * launcher's variables), the affinity mask and the cgroup's cpuset and CPU
- * quota; and the count they give. Nothing here is cached or fails loudly:
+/* The default thread count's inputs: the ranks of this job on this node and
+ * whether the launcher bound them (its variables), the affinity mask and the
+ * cgroup's CPU quota; and the count they give. Nothing here is cached or fails loudly:
  * what cannot be read is left out of the choice. */
 #define _GNU_SOURCE
 #include "cpu_share.h"
@@ -52,6 +52,8 @@ static int slurm_tasks_on_node(const char *list, int node)
                 return 0;
             end++;
         }
+        if (*end != ',' && *end != '\0')
+            return 0;
         if (node < repeat)
             return tasks;
         node -= repeat;
@@ -83,36 +85,20 @@ int tg__local_ranks(tg__getenv_fn get, const char **from)
     return 0;
 }
 
+const char *tg__launcher_bound(tg__getenv_fn get)
+{
+    const char *ompi = get("OMPI_MCA_orte_bound_at_launch");
+    if (ompi && strcmp(ompi, "1") == 0)
+        return "OMPI_MCA_orte_bound_at_launch";
+    const char *slurm = get("SLURM_CPU_BIND_TYPE");
+    if (slurm && *slurm && strncmp(slurm, "none", 4) != 0)
+        return "SLURM_CPU_BIND_TYPE";
+    return NULL;
+}
+
 int tg__cpus_per_task(tg__getenv_fn get)
 {
     return whole_count(get("SLURM_CPUS_PER_TASK"));
-}
-
-int tg__cpu_list_count(const char *list)
-{
-    int count = 0;
-    const char *p = list;
-    while (p && *p && *p != '\n') {
-        char *end;
-        long lo = strtol(p, &end, 10), hi = lo;
-        if (end == p || lo < 0)
-            return -1;
-        if (*end == '-') {
-            const char *q = end + 1;
-            hi = strtol(q, &end, 10);
-            if (end == q || hi < lo)
-                return -1;
-        }
-        if (hi - lo >= COUNT_MAX - count)
-            return -1;
-        count += (int)(hi - lo + 1);
-        if (*end == ',')
-            end++;
-        else if (*end != '\0' && *end != '\n')
-            return -1;
-        p = end;
-    }
-    return p ? count : -1;
 }
 
 /* The first line of the file dir/name into buf; false when unreadable. */
@@ -197,8 +183,12 @@ static double quota_up(const char *base, const char *path, bool v2)
 double tg__cgroup_quota(const char *root, const char *self_cgroup)
 {
     char path[PATH_MAX], base[PATH_MAX];
-    if (cgroup_path(self_cgroup, "", path, sizeof path))
-        return quota_up(root, path, true);
+    /* a hybrid layout lists an empty v2 hierarchy beside v1's cpu controller */
+    if (cgroup_path(self_cgroup, "", path, sizeof path)) {
+        double q = quota_up(root, path, true);
+        if (q > 0)
+            return q;
+    }
     if (!cgroup_path(self_cgroup, "cpu", path, sizeof path))
         return 0;
     static const char *const mounts[] = {"cpu,cpuacct", "cpu", "cpuacct,cpu"};
@@ -207,26 +197,6 @@ double tg__cgroup_quota(const char *root, const char *self_cgroup)
         double q = quota_up(base, path, false);
         if (q > 0)
             return q;
-    }
-    return 0;
-}
-
-int tg__cgroup_cpuset(const char *root, const char *self_cgroup)
-{
-    char path[PATH_MAX], dir[PATH_MAX], line[4096];
-    bool v2 = cgroup_path(self_cgroup, "", path, sizeof path);
-    if (!v2 && !cgroup_path(self_cgroup, "cpuset", path, sizeof path))
-        return 0;
-    if (snprintf(dir, sizeof dir, "%s%s%s", root, v2 ? "" : "/cpuset", path) >= (int)sizeof dir)
-        return 0;
-    /* a container sees its own cgroup at the root while its path names the host's */
-    for (int tries = 0; tries < 2; tries++) {
-        if (read_line(dir, v2 ? "cpuset.cpus.effective" : "cpuset.effective_cpus", line,
-                      sizeof line)) {
-            int n = tg__cpu_list_count(line);
-            return n > 0 ? n : 0;
-        }
-        snprintf(dir, sizeof dir, "%s%s", root, v2 ? "" : "/cpuset");
     }
     return 0;
 }
@@ -256,13 +226,9 @@ void tg__cpu_view_read(tg__cpu_view *v)
         v->mask_cpus = CPU_COUNT(&mask);
     char self[4096];
     read_self_cgroup(self, sizeof self);
-    v->allowed_cpus = tg__cgroup_cpuset("/sys/fs/cgroup", self);
-    if (v->allowed_cpus == 0) {
-        long online = sysconf(_SC_NPROCESSORS_ONLN);
-        v->allowed_cpus = online > 0 && online < COUNT_MAX ? (int)online : 0;
-    }
     v->quota_cpus = tg__cgroup_quota("/sys/fs/cgroup", self);
     v->local_ranks = tg__local_ranks(process_env, &v->ranks_from);
+    v->bound_by = tg__launcher_bound(process_env);
     v->cpus_per_task = tg__cpus_per_task(process_env);
 }
 
@@ -270,29 +236,28 @@ int tg__threads_pick(const tg__cpu_view *v, char *why, size_t size)
 {
     int n = v->mask_cpus > 0 ? v->mask_cpus : 1;
     int ranks = v->local_ranks > 1 ? v->local_ranks : 1;
-    snprintf(why, size, "%d core%s in the affinity mask", n, n == 1 ? "" : "s");
+    const char *from = v->ranks_from ? v->ranks_from : "the launcher";
+    if (v->bound_by || ranks == 1)
+        snprintf(why, size, "%d core%s in the affinity mask%s%s", n, n == 1 ? "" : "s",
+                 v->bound_by ? ", this rank's own per " : "", v->bound_by ? v->bound_by : "");
+    else {
+        snprintf(why, size, "%d core%s in the affinity mask shared by %d ranks on this node, per %s",
+                 n, n == 1 ? "" : "s", ranks, from);
+        n = n / ranks > 0 ? n / ranks : 1;
+    }
     if (v->cpus_per_task > 0 && v->cpus_per_task < n) {
         n = v->cpus_per_task;
         snprintf(why, size, "SLURM_CPUS_PER_TASK=%d", n);
     }
-    /* Ranks bound to their own cores see those alone; unbound ranks all see
-     * the node's, which they split. */
-    int pool = v->allowed_cpus > 0 ? v->allowed_cpus : n;
-    int share = pool / ranks > 0 ? pool / ranks : 1;
-    if (ranks > 1 && share < n) {
-        n = share;
-        snprintf(why, size, "%d core%s %s shared by %d ranks on this node, per %s", pool,
-                 pool == 1 ? "" : "s",
-                 pool == v->mask_cpus ? "in the affinity mask" : "of this job on this node", ranks,
-                 v->ranks_from ? v->ranks_from : "launcher");
-    }
+    /* the quota is the cgroup's, which holds every rank on the node */
     int quota = (int)(v->quota_cpus / ranks);
-    if (v->quota_cpus > 0 && (quota < 1 ? 1 : quota) < n) {
-        n = quota < 1 ? 1 : quota;
+    quota = quota < 1 ? 1 : quota;
+    if (v->quota_cpus > 0 && quota < n) {
+        n = quota;
         int len = snprintf(why, size, "a cgroup CPU quota of %.3g cores", v->quota_cpus);
         if (ranks > 1 && len >= 0 && (size_t)len < size)
-            snprintf(why + len, size - (size_t)len, " shared by %d ranks on this node, per %s", ranks,
-                     v->ranks_from ? v->ranks_from : "launcher");
+            snprintf(why + len, size - (size_t)len, " shared by %d ranks on this node, per %s",
+                     ranks, from);
     }
     return n;
 }
