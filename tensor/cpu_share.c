@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Larger counts are taken for garbage: no node has a million cores. */
@@ -213,6 +214,32 @@ static void read_self_cgroup(char *buf, size_t size)
     fclose(f);
 }
 
+int tg__others_running(const char *loadavg)
+{
+    double avg[3];
+    int running, total;
+    if (!loadavg || sscanf(loadavg, "%lf %lf %lf %d/%d", &avg[0], &avg[1], &avg[2], &running,
+                           &total) != 5 || running < 1 || total < running)
+        return -1;
+    return running - 1;
+}
+
+/* The fewest other threads running over a few samples a millisecond apart:
+ * a count taken once catches the short-lived (a launcher's, a shell's). */
+static int sample_others(void)
+{
+    int fewest = -1;
+    for (int i = 0; i < 3; i++) {
+        char line[128];
+        int n = read_line("/proc", "loadavg", line, sizeof line) ? tg__others_running(line) : -1;
+        if (n >= 0 && (fewest < 0 || n < fewest))
+            fewest = n;
+        if (i < 2)
+            nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    return fewest;
+}
+
 static const char *process_env(const char *name)
 {
     return getenv(name);
@@ -228,6 +255,9 @@ void tg__cpu_view_read(tg__cpu_view *v)
     read_self_cgroup(self, sizeof self);
     v->quota_cpus = tg__cgroup_quota("/sys/fs/cgroup", self);
     v->local_ranks = tg__local_ranks(process_env, &v->ranks_from);
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    v->online_cpus = online > 0 && online < COUNT_MAX ? (int)online : 0;
+    v->others_running = sample_others();
     v->bound_by = tg__launcher_bound(process_env);
     v->cpus_per_task = tg__cpus_per_task(process_env);
 }
@@ -258,6 +288,20 @@ int tg__threads_pick(const tg__cpu_view *v, char *why, size_t size)
         if (ranks > 1 && len >= 0 && (size_t)len < size)
             snprintf(why + len, size - (size_t)len, " shared by %d ranks on this node, per %s",
                      ranks, from);
+    }
+    /* Other work running now takes its cores: a team larger than the cores
+     * left would wait on its own threads, each waiting thread spinning on a
+     * core another one needs. Others are taken to spread over the machine. */
+    if (v->others_running > 0 && v->online_cpus > 0 && v->mask_cpus > 0) {
+        int mask = v->mask_cpus, others = v->others_running;
+        int busy = (int)(((long long)others * mask + v->online_cpus - 1) / v->online_cpus);
+        int free_cpus = mask - busy > 1 ? mask - busy : 1;
+        if (free_cpus < n) {
+            n = free_cpus;
+            snprintf(why, size, "%d core%s in the affinity mask, %d other thread%s running on "
+                     "the machine's %d", mask, mask == 1 ? "" : "s", others,
+                     others == 1 ? "" : "s", v->online_cpus);
+        }
     }
     return n;
 }

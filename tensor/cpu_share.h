@@ -15,6 +15,8 @@ typedef struct {
     int local_ranks;        /* ranks on this node as the launcher says, 0 without one */
     const char *ranks_from; /* the variable that said so (static), or NULL */
     int cpus_per_task;      /* SLURM_CPUS_PER_TASK, 0 when unset */
+    int online_cpus;        /* the machine's CPUs, 0 when unknown */
+    int others_running;     /* threads of other work running or ready to, -1 when unknown */
 } tg__cpu_view;
 
 /* A getenv: tests pass their own. */
@@ -36,6 +38,9 @@ int tg__cpus_per_task(tg__getenv_fn get);
  * and its ancestors': cgroup v2 cpu.max, or v1 cpu.cfs_quota_us over
  * cpu.cfs_period_us. 0 when none is set or none can be read. */
 double tg__cgroup_quota(const char *root, const char *self_cgroup);
+/* The threads running or ready to run besides the caller, from the text of
+ * /proc/loadavg ("0.50 0.40 0.30 3/190 1234": 2), or -1. */
+int tg__others_running(const char *loadavg);
 /* Fills *v from this process's environment, affinity mask and cgroup. */
 void tg__cpu_view_read(tg__cpu_view *v);
 /* The threads each rank should take by default, >= 1, and why, as text
