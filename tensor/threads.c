@@ -37,7 +37,7 @@ static struct {
 static _Thread_local bool prepared;
 static _Thread_local const char *origin;
 
-static bool env_set(const char *name)
+__attribute__((unused)) static bool env_set(const char *name)
 {
     const char *v = getenv(name);
     return v && *v;
