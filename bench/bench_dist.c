@@ -1,6 +1,7 @@
 /* Data-parallel GPT steps over MPI, measured: `mpirun -np N bench_dist bench
- * CONFIG STEPS [BUCKET_KIB]` times steps and their communication; `bench_dist grads FILE`
- * writes one step's averaged gradients for bench/torch_ddp.py to compare. */
+ * CONFIG STEPS [BUCKET_KIB] [batch=B] [bf16]` times steps and their communication
+ * at the library's default threads; `bench_dist grads FILE` writes one step's
+ * averaged gradients for bench/torch_ddp.py to compare. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -11,16 +12,19 @@
 #include <tensorgrad/dist.h>
 #include <tensorgrad/tensorgrad.h>
 
-/* The configs of bench/README.md: batch is each rank's. */
+/* The configs of bench/README.md, and gpt-task, the model `gpt train`
+ * trains by default (its 13-character addition problems, 12 tokens a row):
+ * batch is each rank's; T the row length (0: the context). */
 typedef struct {
     const char *name;
     tg_gpt_config c;
-    int64_t batch;
+    int64_t batch, T;
 } config;
 
 static const config configs[] = {
-    {"gpt-small", {65, 64, 4, 4, 128, 0.0}, 32},
-    {"gpt-medium", {65, 256, 6, 6, 384, 0.0}, 8},
+    {"gpt-small", {65, 64, 4, 4, 128, 0.0}, 32, 0},
+    {"gpt-medium", {65, 256, 6, 6, 384, 0.0}, 8, 0},
+    {"gpt-task", {13, 16, 2, 4, 128, 0.0}, 64, 12},
 };
 
 static double now(void)
@@ -75,7 +79,7 @@ static int setup(run *r, const config *cfg, int64_t batch, int64_t bucket_bytes)
     r->model = tg_gpt_new(&cfg->c, TG_FLOAT32, init);
     tg_rng_free(init);
     r->B = batch;
-    r->T = cfg->c.block_size;
+    r->T = cfg->T ? cfg->T : cfg->c.block_size;
     r->x = malloc(sizeof(int64_t) * (size_t)(2 * r->B * r->world * r->T));
     r->y = r->x ? r->x + r->B * r->world * r->T : NULL;
     if (!r->model || !r->x || tg_gpt_params(r->model, &r->ps) < 0 ||
@@ -127,10 +131,10 @@ static int grads(const char *path)
 }
 
 /* steps timed after two warm-up steps; rank 0 prints one JSON line. */
-static int bench(const config *cfg, int steps, int64_t bucket_bytes)
+static int bench(const config *cfg, int steps, int64_t bucket_bytes, int64_t batch)
 {
     run r = {0};
-    if (setup(&r, cfg, cfg->batch, bucket_bytes))
+    if (setup(&r, cfg, batch, bucket_bytes))
         return teardown(&r), 1;
     double comm = 0, exposed = 0, t0 = 0;
     tg_dist_stats s = {0};
@@ -150,14 +154,17 @@ static int bench(const config *cfg, int steps, int64_t bucket_bytes)
     }
     MPI_Barrier(MPI_COMM_WORLD);
     double dt = (now() - t0) / steps;
+    tg_build_info info;
+    tg_build_info_get(&info);
     if (rc == 0 && r.rank == 0)
         printf("{\"config\": \"%s\", \"ranks\": %d, \"batch_per_rank\": %lld, "
                "\"step_ms\": %.2f, \"tokens_per_s\": %.0f, \"comm_ms\": %.3f, "
                "\"exposed_ms\": %.3f, \"buckets\": %d, \"grad_mb\": %.2f, "
-               "\"precision\": \"%s\"}\n",
+               "\"precision\": \"%s\", \"threads\": %d, \"threads_why\": \"%s\"}\n",
                cfg->name, r.world, (long long)r.B, 1e3 * dt,
                (double)(r.B * r.world * r.T) / dt, 1e3 * comm / steps, 1e3 * exposed / steps,
-               s.buckets, (double)s.bytes / 1e6, tg_precision_name(tg_matmul_precision()));
+               s.buckets, (double)s.bytes / 1e6, tg_precision_name(tg_matmul_precision()),
+               info.threads, info.threads_why);
     if (rc)
         fprintf(stderr, "bench_dist: %s\n", tg_error_message());
     teardown(&r);
@@ -167,22 +174,29 @@ static int bench(const config *cfg, int steps, int64_t bucket_bytes)
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
-    tg_set_num_threads(1);
     int rc = 2;
-    if (argc == 3 && !strcmp(argv[1], "grads"))
+    if (argc == 3 && !strcmp(argv[1], "grads")) {
+        tg_set_num_threads(1);
         rc = grads(argv[2]);
-    else if (argc >= 4 && argc <= 6 && !strcmp(argv[1], "bench")) {
+    } else if (argc >= 4 && argc <= 7 && !strcmp(argv[1], "bench")) {
         /* a last argument "bf16" runs the products in bfloat16 */
         bool bf16 = !strcmp(argv[argc - 1], "bf16");
         if (bf16)
             tg_set_matmul_precision(TG_PRECISION_BF16), argc--;
-        for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++)
+        /* then "batch=B" sets each rank's batch: a single rank's step on
+         * the combined batch of several is the baseline of their step */
+        int64_t batch = 0;
+        if (argc > 4 && !strncmp(argv[argc - 1], "batch=", 6))
+            batch = atoll(argv[argc - 1] + 6), argc--;
+        for (size_t i = 0; argc <= 5 && batch >= 0 && i < sizeof configs / sizeof configs[0]; i++)
             if (!strcmp(argv[2], configs[i].name))
                 rc = bench(&configs[i], atoi(argv[3]) > 0 ? atoi(argv[3]) : 10,
-                           argc > 4 ? 1024 * atoll(argv[4]) : 0);
+                           argc > 4 ? 1024 * atoll(argv[4]) : 0,
+                           batch > 0 ? batch : configs[i].batch);
     }
     if (rc == 2)
-        fprintf(stderr, "usage: mpirun -np N bench_dist bench gpt-small|gpt-medium STEPS [BUCKET_KIB] [bf16]\n"
+        fprintf(stderr, "usage: mpirun -np N bench_dist bench gpt-small|gpt-medium|gpt-task STEPS "
+                        "[BUCKET_KIB] [batch=B] [bf16]\n"
                         "       mpirun -np 2 bench_dist grads FILE.safetensors\n");
     MPI_Finalize();
     return rc;

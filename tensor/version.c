@@ -3,6 +3,7 @@
  * OpenMP (tg_build_info). */
 #include "internal.h"
 
+#include "cpu_share.h"
 #include "gemm.h"
 #include "tg_config.h"
 
@@ -69,6 +70,7 @@ int tg_build_info_get(tg_build_info *info)
         .openmp = TG_HAVE_OPENMP,
         .mpi = TG_HAVE_MPI,
         .threads = tg_num_threads(),
+        .threads_why = tg__threads_origin(),
     };
 #if TG_HAVE_BLAS
     info->blas = "OpenBLAS";
@@ -109,7 +111,7 @@ int tg_build_info_format(char *buf, size_t size)
     else
         append(buf, size, &len, "%s (core %s; A^T products: %s)", info.blas_config,
                info.blas_core, tg__gemm_blas_takes_transposed_a() ? "OpenBLAS" : "built-in");
-    append(buf, size, &len, "; openmp: %s, %d thread%s; mpi: %s", info.openmp ? "yes" : "no",
-           info.threads, info.threads == 1 ? "" : "s", info.mpi ? "yes" : "no");
+    append(buf, size, &len, "; openmp: %s, %d thread%s (%s); mpi: %s", info.openmp ? "yes" : "no",
+           info.threads, info.threads == 1 ? "" : "s", info.threads_why, info.mpi ? "yes" : "no");
     return len > INT32_MAX ? -1 : (int)len;
 }

@@ -304,7 +304,18 @@ TG_API int tg_format(char *buf, size_t size, const tg_tensor *t);
  * compiled with; the two differ when it loads another build. */
 TG_API const char *tg_version(void);
 
-/* Sets the threads the library's parallel loops and its OpenBLAS calls use
+/* Each rank's default, taken the first time the library needs it: its
+ * share of the cores it may run on. That is the CPUs of its affinity mask,
+ * or the CPUs of the node divided among the ranks the launcher puts there
+ * when those are fewer (OMPI_COMM_WORLD_LOCAL_SIZE, PMIX_LOCAL_SIZE,
+ * MPI_LOCALNRANKS, Slurm's SLURM_STEP_TASKS_PER_NODE or
+ * SLURM_NTASKS_PER_NODE), at most SLURM_CPUS_PER_TASK, and at most the
+ * cgroup's CPU quota (cpu.max; v1 cpu.cfs_quota_us) over those ranks.
+ * OMP_NUM_THREADS, a thread's own omp_set_num_threads (to a count other than
+ * the mask's) and tg_set_num_threads win over it; OPENBLAS_NUM_THREADS wins
+ * for OpenBLAS. tg_build_info says which applies and why.
+ *
+ * Sets the threads the library's parallel loops and its OpenBLAS calls use
  * to n, 1 <= n <= 1024; returns 0, or -1 with TG_ERR_VALUE for any other n.
  * OpenMP keeps its count per thread: this sets it for loops started from the
  * calling thread (OMP_NUM_THREADS sets every thread's default), and
@@ -333,6 +344,10 @@ typedef struct {
     const char *blas_core;   /* the CPU core OpenBLAS tuned for, e.g. "Zen"; or "" */
     bool openmp;             /* built with OpenMP */
     int threads;             /* tg_num_threads() */
+    const char *threads_why; /* why that count: the default's reason, e.g. "2 cores in the
+                                affinity mask shared by 2 ranks on this node, per
+                                OMPI_COMM_WORLD_LOCAL_SIZE", or "OMP_NUM_THREADS=4",
+                                "tg_set_num_threads", "built without OpenMP" */
     bool mpi;                /* built with MPI: tensorgrad/dist.h is installed */
 } tg_build_info;
 
@@ -340,8 +355,8 @@ typedef struct {
 TG_API int tg_build_info_get(tg_build_info *info);
 /* The same as one line into buf (always terminated), e.g.
  *   tensorgrad 0.1.0 (gcc 12.2.0); gemm: avx512; avx512_bf16: no;
- *   bf16 gemm: converting; blas: OpenBLAS 0.3.21 DYNAMIC_ARCH ... (core Zen); openmp: yes, 2 threads;
- *   mpi: yes
+ *   bf16 gemm: converting; blas: OpenBLAS 0.3.21 DYNAMIC_ARCH ... (core Zen); openmp: yes,
+ *   2 threads (2 cores in the affinity mask); mpi: yes
  * Returns the length the whole line needs, like snprintf (buf may be NULL
  * when size is 0), or -1 with TG_ERR_NULL when buf is NULL and size is not. */
 TG_API int tg_build_info_format(char *buf, size_t size);
