@@ -14,11 +14,13 @@ enum { N = 4 };
 /* 1 if every element of w's gradient is `want`, else 0. */
 static int grad_is(const tg_tensor *w, float want)
 {
-    const float *g = tg_data_const(tg_grad(w)); /* [N] */
-    for (int i = 0; i < N; i++)
-        if (!g || fabsf(g[i] - want) > 1e-6f)
-            return 0;
-    return 1;
+    tg_tensor *grad = tg_grad(w);
+    const float *g = tg_data_const(grad); /* [N] */
+    int ok = g != NULL;
+    for (int i = 0; ok && i < N; i++)
+        ok = fabsf(g[i] - want) <= 1e-6f;
+    tg_release(grad);
+    return ok;
 }
 
 int main(int argc, char **argv)
