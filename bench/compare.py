@@ -12,6 +12,10 @@ first line: fp32_peak_gflops, dpbf16_peak_gflops, amx_peak_gflops, each on
 bound by (peak_share), which the table shows beside the figure.
 
     /usr/bin/python3 bench/compare.py [--rounds 3] [--configs gpt-small encoder] [--no-torch-bf16]
+                                      [--results [DIR]]
+
+--results also writes the report to DIR/<date>-<cpu>.md (DIR defaults to
+bench/results), the dated file that the docs link.
 
 Each side runs at --threads 1 and at --threads 2 in every round; what counts
 per config is the best single measurement over all its rounds and thread
@@ -20,7 +24,7 @@ on a shared 2-core machine are noise from elsewhere, not the code's speed.
 Peak RSS is the lowest seen for gpt-medium over those runs; bench runs once
 per precision, and resets the peak before each config (bench.c).
 """
-import argparse, datetime, json, os, pathlib, platform, subprocess, sys
+import argparse, datetime, json, os, pathlib, platform, re, subprocess, sys
 
 CONFIGS = ["matmul", "attn-toy", "encoder", "gpt-small", "gpt-medium", "generate",
            "llama-medium", "llama-generate", "seq2seq"]
@@ -186,9 +190,11 @@ def main():
                     help="also append every JSON line (with side, round and run fields) here, as it comes")
     ap.add_argument("--from-raw", metavar="PATH",
                     help="run nothing: make the table from a file --raw wrote (even a partial one)")
+    ap.add_argument("--results", metavar="DIR", nargs="?", const=str(root / "bench" / "results"),
+                    help="also write the report to DIR/<date>-<cpu>.md (DIR: bench/results)")
     a = ap.parse_args()
     if a.from_raw:
-        return report_from_raw(a.from_raw)
+        return report_from_raw(a.from_raw, a.results)
     for path, what in ((a.bench, "--bench"), (a.torch_ref, "--torch-ref"),
                        (a.torch_llama, "--torch-llama"), (a.torch_seq2seq, "--torch-seq2seq")):
         if not os.path.exists(path):
@@ -214,8 +220,8 @@ def main():
                         raw.flush()
     if raw:
         raw.close()
-    print(machine_line() + f"; best of {a.rounds} rounds × threads {a.threads} per side.")
-    print_table(sides, order)
+    publish(machine_line() + f"; best of {a.rounds} rounds × threads {a.threads} per side.",
+            sides, order, a.results)
 
 
 def runs(a, t):
@@ -238,21 +244,55 @@ def runs(a, t):
     return out
 
 
-def print_table(sides, order):
-    print()
+def report(sides, order):
+    """The joined table and the notes under it, as markdown."""
     (tg_best, tg_rss), (pt_best, pt_rss) = sides["tensorgrad"], sides["pytorch"]
-    print(table(tg_best, pt_best, tg_rss, pt_rss, order))
-    print()
-    print("ratio = tensorgrad's best setting's speed / PyTorch's best setting's speed (> 1: "
-          "tensorgrad is faster), each setting named; for peak RSS, tensorgrad's MB / PyTorch's "
-          "(< 1: tensorgrad uses less).")
+    out = [table(tg_best, pt_best, tg_rss, pt_rss, order), "",
+           "ratio = tensorgrad's best setting's speed / PyTorch's best setting's speed (> 1: "
+           "tensorgrad is faster), each setting named; for peak RSS, tensorgrad's MB / PyTorch's "
+           "(< 1: tensorgrad uses less)."]
     for unit, (one, all_) in PEAKS.items():
         if all_ > 0:
-            print(f"{unit} peak measured by bench: {one:.0f} GFLOP/s on 1 thread, "
-                  f"{all_:.0f} on all")
+            out.append(f"{unit} peak measured by bench: {one:.0f} GFLOP/s on 1 thread, "
+                       f"{all_:.0f} on all")
+    return "\n".join(out)
 
 
-def report_from_raw(path):
+def cpu_slug():
+    """The CPU as a file name: vendor and family words, then its widest unit
+    (intel-xeon-amx, amd-epyc-7b13-avx2)."""
+    model, flags = None, set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                if key.strip() == "model name" and model is None:
+                    model = val.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(val.split())
+    except OSError:
+        pass
+    model = model or platform.processor() or "cpu"
+    words = re.sub(r"\((r|tm)\)|@.*|\b(processor|cpu|\d+-core)\b", " ", model.lower())
+    slug = "-".join(re.findall(r"[a-z0-9]+", words)) or "cpu"
+    for unit, flag in (("amx", "amx_bf16"), ("avx512", "avx512f"), ("avx2", "avx2")):
+        if flag in flags:
+            return f"{slug}-{unit}"
+    return slug
+
+
+def publish(heading, sides, order, results_dir):
+    """Prints the report; with --results also writes it to DIR/<date>-<cpu>.md."""
+    text = heading + "\n\n" + report(sides, order) + "\n"
+    print(text, end="")
+    if results_dir:
+        path = pathlib.Path(results_dir) / f"{datetime.date.today().isoformat()}-{cpu_slug()}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("# bench/compare.py on " + cpu_slug() + "\n\n" + text)
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def report_from_raw(path, results_dir=None):
     sides = {"tensorgrad": ({}, {}), "pytorch": ({}, {})}
     order, rounds = [], set()
     with open(path) as f:
@@ -266,8 +306,8 @@ def report_from_raw(path):
                 rounds.add((r.get("run"), r.get("round")))  # round numbers restart in each run
                 if key_of(r) not in order:
                     order.append(key_of(r))
-    print(machine_line() + f"; best over {len(rounds)} round(s) read from {path}.")
-    print_table(sides, order)
+    publish(machine_line() + f"; best over {len(rounds)} round(s) read from {path}.",
+            sides, order, results_dir)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 /* Write your own model: a 2-layer Transformer encoder that learns whether
  * token 1 occurs at least twice in a sequence of 8 tokens, trained with AdamW,
- * then saved. The README shows this file; it runs as a test.
+ * then saved. docs/models.md shows this file; it runs as a test.
  * Run: build/examples/classifier [--out FILE] */
 #include <stdio.h>
 #include <string.h>

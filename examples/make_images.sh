@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the pictures the README shows, from the examples' own output:
+# Regenerates the pictures examples/README.md shows, from the examples' own output:
 # the toy model's attention heatmap and the GPT's loss curve on its built-in
 # task. Usage: examples/make_images.sh [build dir]   (takes a few minutes)
 set -euo pipefail

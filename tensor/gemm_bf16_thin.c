@@ -272,8 +272,8 @@ static bool path_available(enum tg__bf16_thin_path path)
 }
 
 /* -1 (AUTO) unless forced: the widening kernel where the AVX-512 GEMM
- * kernels run, asked on each product so that it follows a forced ISA (the
- * README's Mixed precision section has it measured against vdpbf16ps). */
+ * kernels run, asked on each product so that it follows a forced ISA
+ * (bench/results has it measured against vdpbf16ps). */
 static _Atomic int thin_path = TG_BF16_THIN_AUTO;
 
 enum tg__bf16_thin_path tg__bf16_thin_in_use(void)

@@ -1,6 +1,6 @@
 /* What every example program promises on its command line: --help prints
  * the usage on stdout and exits 0, an unknown argument exits 2 with the
- * usage; and the classifier saves the checkpoint the README shows it saving. */
+ * usage; and the classifier saves the checkpoint docs/models.md shows it saving. */
 #include "testutil.h"
 
 #include <unistd.h>

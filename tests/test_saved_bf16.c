@@ -263,7 +263,7 @@ static void assert_same_bits(const char *model, const snapshot *a, const snapsho
 
 /* The tied head's input, the final layer norm's output, is its one reader;
  * every other activation of a GPT or a Llama is read by a norm, GELU,
- * SwiGLU or attention in float32 as well (the README says which). */
+ * SwiGLU or attention in float32 as well (docs/mixed-precision.md says which). */
 static tg_tensor *gpt_loss(void *m, const tg_tensor *idx, const tg_tensor *tgt)
 {
     tg_tensor *loss = NULL;

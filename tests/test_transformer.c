@@ -1,6 +1,6 @@
 /* nn.Transformer: names, PyTorch's xavier re-initialisation, float64
  * gradchecks with padded source and target, square_subsequent_mask, bad input,
- * and the README's three uses of attention as code that runs. */
+ * and docs/attention.md's three uses of attention as code that runs. */
 #include "transformer_testutil.h"
 
 static tg_transformer_config config(int enc, int dec, bool norm_first, double dropout)
@@ -314,11 +314,11 @@ START_TEST(forward_rejects_source_and_target_that_do_not_fit)
 }
 END_TEST
 
-/* ---- the README's three uses of attention ---------------------------------------------- */
+/* ---- docs/attention.md's three uses of attention ------------------------------------- */
 
-/* The snippets of the README's "The three uses of attention", as they are
+/* The snippets of docs/attention.md's "The three uses of attention", as they are
  * there (between the markers), on random inputs: they compile and run. */
-START_TEST(readme_three_uses_of_attention_run)
+START_TEST(docs_three_uses_of_attention_run)
 {
     enum { SRC = 6, TGT = 5 };
     tg_rng *rng = tg_rng_new(21);
@@ -328,7 +328,7 @@ START_TEST(readme_three_uses_of_attention_run)
     tg_tensor *y = tg_randn(rng, TG_FLOAT32, 3, SHAPE(B, TGT, 32));
     tg_tensor *pad = make(TG_BOOL, 2, SHAPE(B, SRC), (const double[]){0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0});
     tg_tensor *tgt_pad = make(TG_BOOL, 2, SHAPE(B, TGT), (const double[]){0, 0, 0, 0, 1, 0, 0, 0, 0, 0});
-    /* README begin */
+    /* docs/attention.md begin */
     /* 1. Encoder (BERT): each position sees every real token of the sequence. */
     tg_encoder_config cfg = {.d_model = 32, .nhead = 4, .dim_feedforward = 64,
                              .layer_norm_eps = 1e-5, .activation = TG_ACT_GELU};
@@ -352,7 +352,7 @@ START_TEST(readme_three_uses_of_attention_run)
     /* the same in two steps: encode the source once, then decode against it */
     tg_tensor *memory = tg_encoder_forward(model->encoder, x, NULL, pad);
     tg_tensor *out2 = tg_decoder_forward(model->decoder, y, memory, &m.tgt);
-    /* README end */
+    /* docs/attention.md end */
     ck_assert_shape(h, B, SRC, 32);
     ck_assert_shape(g, B, TGT, 32);
     ck_assert_shape(out, B, TGT, 32);
@@ -401,7 +401,7 @@ int main(void)
     tcase_add_test(beh, forward_is_the_decoder_over_the_encoder_memory);
     tcase_add_test(beh, set_train_reaches_encoder_and_decoder);
     tcase_add_test(beh, square_subsequent_mask_is_zero_below_and_minus_inf_above);
-    tcase_add_test(beh, readme_three_uses_of_attention_run);
+    tcase_add_test(beh, docs_three_uses_of_attention_run);
     suite_add_tcase(s, beh);
 
     TCase *err = tcase_checked("errors");
