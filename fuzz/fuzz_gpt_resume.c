@@ -7,6 +7,10 @@
 
 #include "gpt_fuzz.h"
 
+/* The entry points libFuzzer calls, which no header of its own declares. */
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 static char text[GPT_FUZZ_PATH_MAX], edited[GPT_FUZZ_PATH_MAX], out[GPT_FUZZ_PATH_MAX], svg[GPT_FUZZ_PATH_MAX];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

@@ -9,6 +9,10 @@
 
 #include <tensorgrad/tensorgrad.h>
 
+/* The entry points libFuzzer calls, which no header of its own declares. */
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 /* Harness invariants, not library errors: stop the fuzzer on the spot. */
 #define REQUIRE(c)                                                             \
     do {                                                                       \

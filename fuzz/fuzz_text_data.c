@@ -10,6 +10,9 @@
 
 #include <tensorgrad/tensorgrad.h>
 
+/* The entry points libFuzzer calls, which no header of its own declares. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 #define REQUIRE(c)                                                             \
     do {                                                                       \
         if (!(c)) {                                                            \

@@ -1,6 +1,6 @@
-/* The shared library's exported symbols are the public API, no more and no
- * less: nm lists what libtensorgrad.so exports, and the public headers
- * (given as arguments) say what it should. */
+/* The shared libraries' exported symbols are the public API, no more and no
+ * less: nm lists what libtensorgrad.so (and libtensorgrad-dist.so) exports,
+ * and the public headers (given as arguments) say what they should. */
 #include "testutil.h"
 
 #include <ctype.h>
@@ -59,13 +59,21 @@ static void list_free(name_list *l)
     free(l->names);
 }
 
-/* The defined dynamic symbols of the shared library, as nm lists them:
- * "address type name" per line. */
+/* The defined dynamic symbols of the shared libraries (TG_SHARED_LIB names
+ * them, separated by ':'), as nm lists them: "address type name" per line,
+ * after a "file:" line per library. */
 static name_list exported_symbols(void)
 {
     ck_assert_msg(nm_path && lib_path, "TG_NM and TG_SHARED_LIB must be set");
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' -D --defined-only '%s'", nm_path, lib_path);
+    int at = snprintf(cmd, sizeof cmd, "'%s' -D --defined-only", nm_path);
+    for (const char *lib = lib_path; *lib != '\0';) {
+        size_t len = strcspn(lib, ":");
+        ck_assert_int_lt(at, (int)sizeof cmd);
+        at += snprintf(cmd + at, sizeof cmd - (size_t)at, " '%.*s'", (int)len, lib);
+        lib += len + (lib[len] == ':');
+    }
+    ck_assert_int_lt(at, (int)sizeof cmd);
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
     name_list l = {0};

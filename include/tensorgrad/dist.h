@@ -1,6 +1,8 @@
-/* tensorgrad distributed: data-parallel training over MPI. Installed only
- * when the library is built with MPI (tg_build_info's .mpi); tensorgrad.h
- * does not include it, so programs without MPI never need mpi.h.
+/* tensorgrad distributed: data-parallel training over MPI, in a library of
+ * its own, libtensorgrad-dist (pkg-config tensorgrad-dist, CMake component
+ * dist). Installed only when tensorgrad is built with MPI (tg_build_info's
+ * .mpi); tensorgrad.h does not include it, so programs without MPI never
+ * need mpi.h nor link MPI.
  *
  * Every rank runs the same program on its own shard of the batch. The user
  * owns MPI (MPI_Init, MPI_Finalize) and hands tensorgrad a communicator:

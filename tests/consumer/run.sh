@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Builds and runs the consumer program (quadrants.c) the four ways another
-# project can depend on tensorgrad, and checks that the subproject build
-# brings in the library alone. Prints one line per way.
+# Builds and runs the consumer programs the ways another project can depend
+# on tensorgrad: quadrants.c against tensorgrad (shared, and fully static
+# even where tensorgrad-dist and MPI are installed), averaged.c against
+# tensorgrad-dist where the prefix has it; checks that tensorgrad.pc never
+# brings MPI and that the subproject build brings in the libraries alone.
+# Prints one line per way.
 #   usage: tests/consumer/run.sh <source-root> <install-prefix> <workdir>
 # <install-prefix> must hold an installed tensorgrad (meson install).
 set -euo pipefail
@@ -15,6 +18,8 @@ mkdir -p "$3"
 work=$(cd "$3" && pwd)
 here="$src/tests/consumer"
 export OMP_WAIT_POLICY=passive
+# averaged runs under mpiexec (as root in CI, more ranks than cores is fine).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 fail() { echo "consumer: $*" >&2; exit 1; }
 
@@ -22,45 +27,58 @@ pc_file=$(find "$prefix" -name tensorgrad.pc -path '*/pkgconfig/*' | head -n 1)
 [ -n "$pc_file" ] || fail "no tensorgrad.pc under $prefix"
 pc_dir=$(dirname "$pc_file")
 lib_dir=$(dirname "$pc_dir")
+# tensorgrad-dist.pc is there when tensorgrad was built with MPI.
+has_dist=no
+[ -f "$pc_dir/tensorgrad-dist.pc" ] && has_dist=yes
 
 # A fresh copy of the consumer for each way, so no way sees another's files.
 fresh() {
   rm -rf "${work:?}/$1"
   mkdir -p "$work/$1"
-  cp "$here/quadrants.c" "$here/Makefile" "$here/meson.build" "$here/CMakeLists.txt" "$work/$1/"
+  cp "$here/quadrants.c" "$here/averaged.c" "$here/Makefile" "$here/meson.build" \
+     "$here/CMakeLists.txt" "$work/$1/"
   echo "$work/$1"
 }
 
 # 1. pkg-config, shared library. The program is told where libtensorgrad is;
-# libtensorgrad finds its OpenBLAS by itself.
+# libtensorgrad finds its OpenBLAS by itself. tensorgrad.pc must not bring
+# MPI, directly or privately: that is tensorgrad-dist's.
 dir=$(fresh make-dynamic)
 PKG_CONFIG_PATH="$pc_dir" make -s -C "$dir" quadrants >/dev/null
 grep -q -- '-rpath\|/libopenblas' "$pc_file" && fail "tensorgrad.pc names a run path or a library file"
-LD_LIBRARY_PATH="$lib_dir" "$dir/quadrants" >/dev/null || fail "pkg-config (dynamic) program failed"
-echo "consumer: pkg-config, shared library: ok"
-
-# 2. pkg-config --static and -static: no shared library at all. A tensorgrad
-# built with MPI requires it, and Open MPI as Debian ships it has no static
-# library (libmpi.a): then there is no static program to make.
-static_libs=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --static --libs tensorgrad)
-static_mpi=yes
-if grep -qw -- '-lmpi' <<<"$static_libs"; then
-  static_mpi=no
-  for d in $(grep -o -- '-L[^ ]*' <<<"$static_libs" | cut -c3-) $(dirname "$(cc -print-file-name=libmpi.a)"); do
-    [ -f "$d/libmpi.a" ] && static_mpi=yes
-  done
+if PKG_CONFIG_PATH="$pc_dir" pkg-config --print-requires --print-requires-private tensorgrad |
+     grep -Eq '^(ompi|mpi)'; then
+  fail "tensorgrad.pc requires MPI"
 fi
-if [ $static_mpi = no ]; then
-  echo "consumer: pkg-config --static, static program: skipped (built with MPI, which has no libmpi.a here)"
+LD_LIBRARY_PATH="$lib_dir" "$dir/quadrants" >/dev/null || fail "pkg-config (dynamic) program failed"
+echo "consumer: pkg-config, shared library, no MPI: ok"
+
+# 2. pkg-config --static and -static: no shared library at all. This works
+# beside an installed tensorgrad-dist too: Open MPI as Debian ships it has
+# no static library, and tensorgrad.pc does not ask for it.
+dir=$(fresh make-static)
+PKG_CONFIG_PATH="$pc_dir" make -s -C "$dir" static >/dev/null 2>"$dir/link.log" ||
+  { cat "$dir/link.log" >&2; fail "static link failed"; }
+if readelf -d "$dir/quadrants-static" 2>/dev/null | grep -q NEEDED; then
+  fail "the static program still needs shared libraries"
+fi
+"$dir/quadrants-static" >/dev/null || fail "pkg-config (static) program failed"
+echo "consumer: pkg-config --static, static program: ok"
+
+# 2b. pkg-config tensorgrad-dist, shared: averaged.c over two ranks (or
+# alone where there is no mpiexec).
+if [ $has_dist = yes ]; then
+  dir=$(fresh make-dist)
+  PKG_CONFIG_PATH="$pc_dir" make -s -C "$dir" dist >/dev/null
+  readelf -d "$dir/averaged" | grep -q 'NEEDED.*libtensorgrad-dist\.so' ||
+    fail "averaged does not link libtensorgrad-dist.so"
+  launch=()
+  command -v mpiexec >/dev/null && launch=(mpiexec -n 2 --bind-to none)
+  LD_LIBRARY_PATH="$lib_dir" OMP_NUM_THREADS=1 "${launch[@]}" "$dir/averaged" >"$dir/run.log" 2>&1 ||
+    { cat "$dir/run.log" >&2; fail "pkg-config tensorgrad-dist program failed"; }
+  echo "consumer: pkg-config tensorgrad-dist, shared library, ${launch[*]:-one process}: ok"
 else
-  dir=$(fresh make-static)
-  PKG_CONFIG_PATH="$pc_dir" make -s -C "$dir" static >/dev/null 2>"$dir/link.log" ||
-    { cat "$dir/link.log" >&2; fail "static link failed"; }
-  if readelf -d "$dir/quadrants-static" 2>/dev/null | grep -q NEEDED; then
-    fail "the static program still needs shared libraries"
-  fi
-  "$dir/quadrants-static" >/dev/null || fail "pkg-config (static) program failed"
-  echo "consumer: pkg-config --static, static program: ok"
+  echo "consumer: pkg-config tensorgrad-dist: skipped (tensorgrad was built without MPI)"
 fi
 
 # 3. meson subproject through the wrap. subprojects/tensorgrad is a link to
@@ -73,9 +91,13 @@ sed "s|@TENSORGRAD_URL@|$src|" "$here/subprojects/tensorgrad.wrap" >"$dir/subpro
 ln -s "$src" "$dir/subprojects/tensorgrad"
 (cd "$dir" && env -u PKG_CONFIG_PATH meson setup build --force-fallback-for=tensorgrad \
    >setup.log 2>&1) || { cat "$dir/setup.log" >&2; fail "meson setup of the subproject build failed"; }
-# What the parent is given, read from the configured build before building.
+# What the parent is given, read from the configured build before building:
+# its own tests alone (averaged where the subproject found MPI).
 tests=$(meson test -C "$dir/build" --no-rebuild --list 2>/dev/null)
-[ "$tests" = "quadrants" ] || fail "the parent's meson test lists more than its own test: $tests"
+grep -qx quadrants <<<"$tests" || fail "the parent's meson test lacks quadrants: $tests"
+if grep -vxE 'quadrants|averaged' <<<"$tests" >/dev/null; then
+  fail "the parent's meson test lists more than its own tests: $tests"
+fi
 targets=$(ninja -C "$dir/build" -t targets all | cut -d: -f1)
 if grep -E '^subprojects/tensorgrad/(tests|examples|bench|fuzz)/' <<<"$targets" >/dev/null; then
   fail "the subproject builds tensorgrad's tests, examples, bench or fuzz targets"
@@ -110,14 +132,25 @@ done
 # What the parent builds and runs.
 ninja -C "$dir/build" >/dev/null || fail "subproject build failed"
 meson test -C "$dir/build" --no-rebuild >/dev/null || fail "subproject program failed"
-echo "consumer: meson subproject (wrap), library only, internal headers hidden: ok"
+echo "consumer: meson subproject (wrap), libraries only, internal headers hidden: ok"
 
-# 4. CMake find_package, the shared library and then the static one.
+# 4. CMake find_package, the shared library and then the static one; with
+# tensorgrad-dist, the component dist too. Without it, nothing looks for MPI.
 for variant in OFF ON; do
-  dir=$(fresh "cmake-static-$variant")
-  cmake -S "$dir" -B "$dir/build" -DCMAKE_PREFIX_PATH="$prefix" -DQUADRANTS_STATIC=$variant \
-    >"$dir/cmake.log" 2>&1 || { cat "$dir/cmake.log" >&2; fail "cmake configure failed"; }
-  cmake --build "$dir/build" >>"$dir/cmake.log" 2>&1 || { cat "$dir/cmake.log" >&2; fail "cmake build failed"; }
-  "$dir/build/quadrants" >/dev/null || fail "CMake program (QUADRANTS_STATIC=$variant) failed"
+  for dist in OFF $([ $has_dist = yes ] && echo ON); do
+    dir=$(fresh "cmake-static-$variant-dist-$dist")
+    cmake -S "$dir" -B "$dir/build" -DCMAKE_PREFIX_PATH="$prefix" -DQUADRANTS_STATIC=$variant \
+      -DQUADRANTS_DIST=$dist >"$dir/cmake.log" 2>&1 || { cat "$dir/cmake.log" >&2; fail "cmake configure failed"; }
+    if [ $dist = OFF ] && grep -q 'MPI' "$dir/cmake.log"; then
+      fail "find_package(tensorgrad) without the dist component looked for MPI"
+    fi
+    cmake --build "$dir/build" >>"$dir/cmake.log" 2>&1 || { cat "$dir/cmake.log" >&2; fail "cmake build failed"; }
+    "$dir/build/quadrants" >/dev/null || fail "CMake program (QUADRANTS_STATIC=$variant) failed"
+    if [ $dist = ON ]; then
+      OMP_NUM_THREADS=1 "$dir/build/averaged" >/dev/null ||
+        fail "CMake dist program (QUADRANTS_STATIC=$variant) failed"
+    fi
+  done
 done
-echo "consumer: CMake find_package, tensorgrad::tensorgrad and tensorgrad::tensorgrad_static: ok"
+echo "consumer: CMake find_package, tensorgrad::tensorgrad and tensorgrad::tensorgrad_static$(
+  [ $has_dist = yes ] && echo ', COMPONENTS dist: tensorgrad::dist and tensorgrad::dist_static'): ok"
