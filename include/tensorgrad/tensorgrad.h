@@ -7,5 +7,6 @@
 #include "tensor.h"
 #include "autograd.h"
 #include "nn.h"
+#include "tokenizer.h"
 
 #endif
