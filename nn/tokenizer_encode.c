@@ -30,20 +30,21 @@ static bool reserve(idvec *v, size_t extra)
 
 /* Pieces of up to CACHE_PIECE bytes; keys point into the text being
  * encoded, values are runs of ids in `store`. */
-enum { CACHE_BITS = 15, CACHE_PIECE = 48 };
+enum { CACHE_PIECE = 48 };
 typedef struct {
     const uint8_t *key;
     uint32_t klen, off, count;
 } cache_entry;
 typedef struct {
     cache_entry *slot;
+    uint32_t mask;
     size_t used;
     idvec store;
 } piece_cache;
 
 static cache_entry *cache_find(piece_cache *c, const uint8_t *s, size_t n)
 {
-    uint32_t mask = (1u << CACHE_BITS) - 1;
+    uint32_t mask = c->mask;
     for (uint32_t i = (uint32_t)tg__hash_bytes(s, n) & mask;; i = (i + 1) & mask) {
         cache_entry *e = &c->slot[i];
         if (!e->key || (e->klen == n && memcmp(e->key, s, n) == 0))
@@ -81,7 +82,7 @@ static bool encode_piece(const tg_tokenizer *t, piece_cache *c, const uint8_t *s
     if (m == (size_t)-1)
         return false;
     out->n += m;
-    if (e && c->used < (3u << CACHE_BITS) / 4 && reserve(&c->store, m)) {
+    if (e && c->used < (size_t)c->mask / 4 * 3 && reserve(&c->store, m)) {
         memcpy(c->store.ids + c->store.n, syms, m * sizeof *syms);
         *e = (cache_entry){s, (uint32_t)n, (uint32_t)c->store.n, (uint32_t)m};
         c->store.n += m;
@@ -278,8 +279,13 @@ int64_t tg_tokenizer_encode(const tg_tokenizer *t, const char *text, size_t len,
         return -1;
     }
     piece_cache c = {0};
-    if (len > 4096) /* worth its 0.5 MB only on long text */
-        c.slot = calloc((size_t)1 << CACHE_BITS, sizeof *c.slot);
+    if (len > 4096) { /* a slot for every 8 bytes, up to 2^18 (6 MB) */
+        size_t slots = 1024;
+        while (slots < len / 8 && slots < ((size_t)1 << 18))
+            slots *= 2;
+        c.slot = calloc(slots, sizeof *c.slot);
+        c.mask = (uint32_t)slots - 1;
+    }
     idvec out = {0};
     int status = encode_all(t, (const uint8_t *)(text ? text : ""), len,
                             flags & TG_TOKENIZER_ALLOW_SPECIAL, &c, &out);
