@@ -1,11 +1,9 @@
 /* Writing a tokenizer as a Hugging Face tokenizer.json: the BPE model's
  * vocabulary and merges, the added tokens, and the normalizer,
  * pre-tokenizer and decoder that make the file encode as this library does. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "../tensor/internal.h"
 #include "json.h"
@@ -110,37 +108,10 @@ static void put_model(tg__jbuf *b, const tg_tokenizer *t)
     tg__jbuf_puts(b, "\n    ]\n  }\n}\n");
 }
 
-static int write_file(const tg__save_dest *d, const tg__jbuf *b)
+static int write_text(FILE *fp, const void *ctx)
 {
-    char *tmp = NULL;
-    int err = 0;
-    const char *what = "cannot create temporary file";
-    int fd = tg__save_create_temp(d, &tmp);
-    FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
-    if (!fp) {
-        err = errno;
-        if (fd >= 0)
-            close(fd);
-    } else {
-        what = "cannot write temporary file";
-        errno = 0;
-        if (fwrite(b->data, 1, b->len, fp) != b->len || fflush(fp) != 0 || fsync(fileno(fp)) != 0)
-            err = errno ? errno : EIO;
-        if (fclose(fp) != 0 && !err)
-            err = errno ? errno : EIO;
-        if (!err && rename(tmp, d->target) != 0) {
-            what = "cannot rename temporary file over it";
-            err = errno;
-        }
-    }
-    if (err) {
-        if (fd >= 0 && tmp)
-            unlink(tmp);
-        tg__save_fail(d, what, tmp, err);
-    } else
-        tg__save_sync_dir(d->target);
-    free(tmp);
-    return err ? -1 : 0;
+    const tg__jbuf *b = ctx;
+    return fwrite(b->data, 1, b->len, fp) == b->len ? 0 : -1;
 }
 
 int tg_tokenizer_save(const tg_tokenizer *t, const char *path)
@@ -164,7 +135,7 @@ int tg_tokenizer_save(const tg_tokenizer *t, const char *path)
         tg__fail(TG_ERR_NOMEM, "tg_tokenizer_save: out of memory writing %s", path);
     else {
         tg__save_remove_stale(d.target);
-        rc = write_file(&d, &b);
+        rc = tg__save_write(&d, write_text, &b);
     }
     free(d.target);
     tg__jbuf_free(&b);

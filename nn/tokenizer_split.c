@@ -1,34 +1,12 @@
 /* The pre-tokenizing split of GPT-2 and tiktoken's r50k_base, written out
  * by hand: the pattern 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+|
  * ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ over UTF-8, with Unicode's classes. */
+#include "json.h"
 #include "tokenizer_internal.h"
 
-/* Length of the valid UTF-8 sequence at s (overlong forms, surrogates and
- * code points past U+10FFFF are not), or 0. */
 int tg__utf8_len(const uint8_t *s, size_t n)
 {
-    unsigned c = s[0], lo = 0x80, hi = 0xBF;
-    int len;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else
-        return 0;
-    if (n < (size_t)len || s[1] < lo || s[1] > hi)
-        return 0;
-    for (int i = 2; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return len;
+    return (int)tg__utf8_seq(s, s + n);
 }
 
 static bool in_ranges(const tg__cp_range *r, int count, uint32_t cp)
