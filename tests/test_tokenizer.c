@@ -202,19 +202,22 @@ static void write_temp(char *path, const char *text)
     close(fd);
 }
 
+/* Llama 2's normalizer: a U+2581 prepended, spaces written U+2581. */
+static const char llama2_pipeline[] =
+    " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": ["
+    "{\"type\": \"Prepend\", \"prepend\": \"\xE2\x96\x81\"},"
+    "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\xE2\x96\x81\"}]},"
+    " \"pre_tokenizer\": null,";
+
 /* A Llama-2-style tokenizer.json: U+2581 for spaces, <0xNN> byte tokens. */
-static char *sp_json(const char *merges)
+static char *sp_json_with(const char *pipeline, const char *merges)
 {
     static char buf[16384];
     int w = snprintf(buf, sizeof buf,
         "{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true},"
-        " {\"id\": 1, \"content\": \"<s>\", \"special\": true}],"
-        " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": ["
-        "{\"type\": \"Prepend\", \"prepend\": \"\xE2\x96\x81\"},"
-        "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\xE2\x96\x81\"}]},"
-        " \"pre_tokenizer\": null,"
+        " {\"id\": 1, \"content\": \"<s>\", \"special\": true}],%s"
         " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"byte_fallback\": true,"
-        " \"fuse_unk\": true, \"vocab\": {\"<unk>\": 0, \"<s>\": 1");
+        " \"fuse_unk\": true, \"vocab\": {\"<unk>\": 0, \"<s>\": 1", pipeline);
     for (int b = 0; b < 256; b++)
         w += snprintf(buf + w, sizeof buf - (size_t)w, ", \"<0x%02X>\": %d", b, 2 + b);
     snprintf(buf + w, sizeof buf - (size_t)w,
@@ -222,6 +225,8 @@ static char *sp_json(const char *merges)
              " \"merges\": [%s]}}", merges);
     return buf;
 }
+
+static char *sp_json(const char *merges) { return sp_json_with(llama2_pipeline, merges); }
 
 START_TEST(sentencepiece_falls_back_to_bytes_and_strips_its_space)
 {
@@ -249,6 +254,40 @@ START_TEST(sentencepiece_falls_back_to_bytes_and_strips_its_space)
     ck_assert_ptr_null(ids);
     ck_assert_error(TG_ERR_VALUE, "tg_tokenizer_encode", "UTF-8");
     tg_tokenizer_free(t);
+}
+END_TEST
+
+/* Newer files: a Metaspace pre-tokenizer that prepends to the first
+ * segment only and starts a piece at each U+2581. */
+START_TEST(sentencepiece_metaspace_prepends_first_and_saves_back)
+{
+    char path[32];
+    write_temp(path, sp_json_with(" \"normalizer\": null, \"pre_tokenizer\": {\"type\": "
+                                  "\"Metaspace\", \"replacement\": \"\xE2\x96\x81\", "
+                                  "\"prepend_scheme\": \"first\", \"split\": true},",
+                                  "\"h i\", \"\xE2\x96\x81 hi\""));
+    tg_tokenizer *t = tg_tokenizer_load(path);
+    unlink(path);
+    ck_assert_msg(t != NULL, "%s", tg_error_message());
+    int32_t *ids;
+    int64_t n = tg_tokenizer_encode(t, "hi<s>hi hi", 10, TG_TOKENIZER_ALLOW_SPECIAL, &ids);
+    const int32_t want[] = {262, 1, 261, 262}; /* no U+2581 after <s> */
+    ck_assert_int_eq(n, 4);
+    ck_assert(memcmp(ids, want, sizeof want) == 0);
+    free(ids);
+    char saved[] = "/tmp/tg_tok_XXXXXX";
+    int fd = mkstemp(saved);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(tg_tokenizer_save(t, saved), 0);
+    tg_tokenizer *back = tg_tokenizer_load(saved);
+    unlink(saved);
+    ck_assert_msg(back != NULL, "%s", tg_error_message());
+    const char text[] = "hi  hi\xE4\xBD\xA0<s>hi";
+    assert_same_encoding(t, back, text, sizeof text - 1, TG_TOKENIZER_ALLOW_SPECIAL);
+    assert_round_trip(back, text, sizeof text - 1);
+    tg_tokenizer_free(t);
+    tg_tokenizer_free(back);
 }
 END_TEST
 
@@ -394,6 +433,7 @@ int main(void)
     tcase_add_test(tc, training_is_deterministic_and_survives_tokenizer_json);
     tcase_add_test(tc, special_tokens_are_matched_only_when_allowed);
     tcase_add_test(tc, sentencepiece_falls_back_to_bytes_and_strips_its_space);
+    tcase_add_test(tc, sentencepiece_metaspace_prepends_first_and_saves_back);
     tcase_add_test(tc, a_merge_naming_an_unknown_token_fails_the_load);
     tcase_add_test(tc, truncated_or_malformed_files_fail_cleanly);
     tcase_add_test(tc, bad_arguments_are_refused_with_the_function_named);
