@@ -43,9 +43,7 @@ static void skip_ws(parser *ps)
         ps->p++;
 }
 
-/* Length of the valid UTF-8 sequence at p (before end), or 0: rejects
- * overlong forms, surrogates and code points past U+10FFFF. */
-static size_t utf8_seq(const unsigned char *p, const unsigned char *end)
+size_t tg__utf8_seq(const unsigned char *p, const unsigned char *end)
 {
     unsigned c = p[0];
     size_t n;
@@ -76,7 +74,7 @@ bool tg__utf8_valid(const char *s)
 {
     const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
     while (p < end) {
-        size_t n = utf8_seq(p, end);
+        size_t n = tg__utf8_seq(p, end);
         if (!n)
             return false;
         p += n;
@@ -174,7 +172,7 @@ static int parse_string(parser *ps, char **out)
         } else if (c < 0x20) {
             perr(ps, "control character 0x%02X in string", c);
             goto fail;
-        } else if (!(k = utf8_seq((const unsigned char *)ps->p, (const unsigned char *)ps->end))) {
+        } else if (!(k = tg__utf8_seq((const unsigned char *)ps->p, (const unsigned char *)ps->end))) {
             perr(ps, "invalid UTF-8 in string");
             goto fail;
         } else {

@@ -42,6 +42,9 @@ void tg__json_free(tg__json *v);
 /* The member called key of an object, or NULL. */
 const tg__json *tg__json_get(const tg__json *obj, const char *key);
 const char *tg__json_type_name(tg__json_type type);
+/* Length of the valid UTF-8 sequence at p (before end), or 0: rejects
+ * overlong forms, surrogates and code points past U+10FFFF. */
+size_t tg__utf8_seq(const unsigned char *p, const unsigned char *end);
 /* True when the NUL-terminated s is valid UTF-8 (what JSON text must be). */
 bool tg__utf8_valid(const char *s);
 

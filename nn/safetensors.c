@@ -173,40 +173,22 @@ static int write_file(FILE *fp, const tg__jbuf *header, const tg_params *ps)
     return fflush(fp) == 0 && fsync(fileno(fp)) == 0 ? 0 : -1;
 }
 
+typedef struct {
+    const tg__jbuf *header;
+    const tg_params *ps;
+} file_parts;
+
+static int write_parts(FILE *fp, const void *ctx)
+{
+    const file_parts *f = ctx;
+    return write_file(fp, f->header, f->ps);
+}
+
 /* Writes the checkpoint to a temporary file beside d's target and renames
  * it over the target; on failure the temporary file is gone. */
 static int write_and_rename(const tg__save_dest *d, const tg__jbuf *header, const tg_params *ps)
 {
-    char *tmp = NULL;
-    const char *what = "cannot create temporary file";
-    int err = 0;
-    int fd = tg__save_create_temp(d, &tmp);
-    FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
-    if (!fp) {
-        err = errno;
-        if (fd >= 0)
-            close(fd);
-    } else {
-        what = "cannot write temporary file";
-        errno = 0;
-        if (write_file(fp, header, ps) < 0)
-            err = errno ? errno : EIO;
-        if (fclose(fp) != 0 && !err)
-            err = errno ? errno : EIO;
-        if (!err && rename(tmp, d->target) != 0) {
-            what = "cannot rename temporary file over it";
-            err = errno;
-        }
-    }
-    if (err) {
-        if (fd >= 0)
-            unlink(tmp);
-        tg__save_fail(d, what, tmp, err);
-    } else {
-        tg__save_sync_dir(d->target);
-    }
-    free(tmp);
-    return err ? -1 : 0;
+    return tg__save_write(d, write_parts, &(file_parts){header, ps});
 }
 
 int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta,

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -238,4 +239,39 @@ int tg_safetensors_check_writable(const char *path)
 {
     TG_CHECK_ARG_STATUS(path);
     return check_writable(__func__, path);
+}
+
+int tg__save_write(const tg__save_dest *d, int (*write)(FILE *fp, const void *ctx),
+                   const void *ctx)
+{
+    char *tmp = NULL;
+    const char *what = "cannot create temporary file";
+    int err = 0;
+    int fd = tg__save_create_temp(d, &tmp);
+    FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!fp) {
+        err = errno;
+        if (fd >= 0)
+            close(fd);
+    } else {
+        what = "cannot write temporary file";
+        errno = 0;
+        if (write(fp, ctx) < 0 || fflush(fp) != 0 || fsync(fileno(fp)) != 0)
+            err = errno ? errno : EIO;
+        if (fclose(fp) != 0 && !err)
+            err = errno ? errno : EIO;
+        if (!err && rename(tmp, d->target) != 0) {
+            what = "cannot rename temporary file over it";
+            err = errno;
+        }
+    }
+    if (err) {
+        if (fd >= 0)
+            unlink(tmp);
+        tg__save_fail(d, what, tmp, err);
+    } else {
+        tg__save_sync_dir(d->target);
+    }
+    free(tmp);
+    return err ? -1 : 0;
 }

@@ -5,6 +5,7 @@
 #define TG_SAVE_PATH_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <sys/stat.h>
 
 /* A save's destination: the path as given and the file it finally names
@@ -29,6 +30,12 @@ int tg__save_fail(const tg__save_dest *d, const char *what, const char *tmp, int
 int tg__save_create_temp(const tg__save_dest *d, char **tmp);
 /* Deletes the temporary files of target left by writers no longer running. */
 void tg__save_remove_stale(const char *target);
+/* Writes a file through write(fp, ctx) (0, or -1 with errno set) into a
+ * temporary file beside d's target, flushes and fsyncs it, and renames it
+ * over the target; on failure the temporary file is gone and TG_ERR_IO is
+ * recorded. 0 or -1. */
+int tg__save_write(const tg__save_dest *d, int (*write)(FILE *fp, const void *ctx),
+                   const void *ctx);
 /* fsyncs the directory holding path, so a rename in it is durable. */
 void tg__save_sync_dir(const char *path);
 
