@@ -55,6 +55,17 @@ TG_API int64_t tg_params_numel(const tg_params *ps);
  * operation made partway. */
 TG_API void tg_params_truncate(tg_params *ps, int count);
 TG_API void tg_params_clear(tg_params *ps);
+/* Checks that every floating-point tensor of ps (float32, float64, bfloat16;
+ * integer and bool tensors are skipped) holds finite numbers only. Loading
+ * does not check this: tg_safetensors_load reads NaN and inf as they are,
+ * as PyTorch's loaders do, so call this on what was loaded to refuse a
+ * checkpoint that holds them (or on a model after a step, to find where a
+ * NaN went). 0; or -1 with TG_ERR_VALUE naming the first tensor that is not
+ * finite, the index and value of its first such element and how many it
+ * holds, e.g. "tg_params_check_finite: 'wte.weight' (float32 [13,32]) holds
+ * nan at [3,5] (not finite: 1 of its 416 values)"; TG_ERR_NULL for a NULL
+ * list, name or tensor. */
+TG_API int tg_params_check_finite(const tg_params *ps);
 
 /* ---- modules (nn/linear.c, nn/norm.c, nn/embedding.c) ---------------------- */
 /* Each _new initialises its parameters as PyTorch's defaults do, drawing
