@@ -281,26 +281,35 @@ static const char *shown(const char *name)
     return name;
 }
 
-/* name is the config, a record of the run (gpt_checkpoint_save's names) or
- * a parameter of the model built from the config (mp) with or without the
- * prefix of its AdamW state (tg_optim_state's names). */
-static bool accounted(const char *name, const char *config, const tg_params *mp)
+/* name is a parameter of the model built from the config (mp) or a part of
+ * its AdamW state (tg_optim_state's names: "step", and the parameter's name
+ * after "step.", "exp_avg." or "exp_avg_sq."). */
+static bool is_weight(const char *name, const tg_params *mp)
 {
-    static const char *const records[] = {"model.arch", "gpt.vocab", "train.settings",
-                                          "train.history", "train.rng_data",
-                                          "train.rng_dropout", "step"};
     static const char *const state[] = {"step.", "exp_avg.", "exp_avg_sq."};
-    if (!strcmp(name, config))
+    if (!strcmp(name, "step"))
         return true;
-    for (size_t i = 0; i < sizeof records / sizeof records[0]; i++)
-        if (!strcmp(name, records[i]))
-            return true;
     for (size_t i = 0; i < sizeof state / sizeof state[0]; i++)
         if (!strncmp(name, state[i], strlen(state[i]))) {
             name += strlen(state[i]);
             break;
         }
     return tg_params_find(mp, name) != NULL;
+}
+
+/* name is the config, a record of the run (gpt_checkpoint_save's names) or
+ * a weight. */
+static bool accounted(const char *name, const char *config, const tg_params *mp)
+{
+    static const char *const records[] = {"model.arch", "gpt.vocab", "train.settings",
+                                          "train.history", "train.rng_data",
+                                          "train.rng_dropout"};
+    if (!strcmp(name, config))
+        return true;
+    for (size_t i = 0; i < sizeof records / sizeof records[0]; i++)
+        if (!strcmp(name, records[i]))
+            return true;
+    return is_weight(name, mp);
 }
 
 /* Every tensor of ck is accounted for: one the config does not (a layer past
@@ -327,14 +336,15 @@ static int check_accounted(const char *path, const tg_params *ck, const char *co
     return 0;
 }
 
-/* Every float value of the model and its optimizer state is a finite
- * number (train.history marks unmeasured losses with NaN). */
-static int check_finite(const char *path, const tg_params *ck)
+/* Every value of the model and its optimizer state is a finite number (the
+ * records have checks of their own; train.history marks unmeasured losses
+ * with NaN). */
+static int check_finite(const char *path, const tg_params *ck, const tg_params *mp)
 {
     tg_params values = {0};
     int rc = 0;
     for (int i = 0; rc == 0 && i < ck->count; i++)
-        if (strcmp(ck->names[i], "train.history"))
+        if (is_weight(ck->names[i], mp))
             rc = tg_params_add(&values, NULL, ck->names[i], ck->tensors[i]);
     if (rc == 0)
         rc = tg_params_check_finite(&values);
@@ -363,7 +373,7 @@ int gpt_checkpoint_load_model(const char *path, tg_params *ck, lm **model, gpt_v
                        tg_error_message()), 1;
     }
     const char *config_name = config.arch == LM_LLAMA ? "llama.config" : "gpt.config";
-    int rc = check_accounted(path, ck, config_name, &mp) || check_finite(path, ck) ? -1 : 0;
+    int rc = check_accounted(path, ck, config_name, &mp) || check_finite(path, ck, &mp) ? -1 : 0;
     for (int i = 0; rc == 0 && i < mp.count; i++) {
         tg_tensor *src = tg_params_find(ck, mp.names[i]), *dst = mp.tensors[i];
         bool same = src && tg_ndim(src) == tg_ndim(dst) &&

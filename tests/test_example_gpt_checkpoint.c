@@ -25,7 +25,8 @@ static void make_dir(void) { make_temp_dir(dir, sizeof dir, "tg_gpt_ck"); }
 static void remove_dir(void) { remove_temp_dir(dir); }
 
 /* base.st as bad.st with element `at` of tensor name set to value (float32,
- * float64 or int64), or with a tensor called name added if it has none. */
+ * float64 or int64), or with a tensor called name added if it has none;
+ * at < 0: without the tensor called name. */
 static void write_changed(const char *name, int64_t at, double value)
 {
     char path[128];
@@ -33,7 +34,17 @@ static void write_changed(const char *name, int64_t at, double value)
     tg_params ck = {0};
     ck_assert_int_eq(tg_safetensors_load(path, &ck), 0);
     tg_tensor *t = tg_params_find(&ck, name);
-    if (t) {
+    if (at < 0) {
+        ck_assert_ptr_nonnull(t);
+        for (int i = 0; i < ck.count; i++)
+            if (!strcmp(ck.names[i], name)) { /* the last entry takes its place */
+                tg_release(ck.tensors[i]);
+                free(ck.names[i]);
+                ck.tensors[i] = ck.tensors[ck.count - 1];
+                ck.names[i] = ck.names[--ck.count];
+                break;
+            }
+    } else if (t) {
         if (tg_dtype_of(t) == TG_FLOAT32)
             ((float *)tg_data(t))[at] = (float)value;
         else if (tg_dtype_of(t) == TG_FLOAT64)
@@ -87,7 +98,7 @@ START_TEST(gpt_config_that_counts_a_layer_fewer_or_a_stray_tensor_is_refused)
 }
 END_TEST
 
-START_TEST(weights_or_optimizer_state_that_are_not_finite_are_refused_by_name)
+START_TEST(weights_or_optimizer_state_not_finite_or_missing_are_refused_by_name)
 {
     ck_assert_int_eq(run("train --config tiny --steps 4 --batch 4 --stop-at 2 --out base.st "
                          "--svg base.svg"), 0);
@@ -96,6 +107,11 @@ START_TEST(weights_or_optimizer_state_that_are_not_finite_are_refused_by_name)
     write_changed("exp_avg_sq.transformer.h.0.mlp.c_fc.bias", 7, NAN);
     ck_assert_int_eq(run("train --resume bad.st --out o.st --svg o.svg"), 1);
     ck_assert_output("'exp_avg_sq.transformer.h.0.mlp.c_fc.bias' (float32 [128]) holds nan at [7]");
+    /* a state that does not load is named in plain words */
+    write_changed("exp_avg.transformer.h.0.mlp.c_fc.bias", -1, 0);
+    ck_assert_int_eq(run("train --resume bad.st --out o.st --svg o.svg"), 1);
+    ck_assert_output("bad.st cannot be resumed: its optimizer state is not usable: ");
+    ck_assert_int_eq(run("sample --ckpt bad.st --tokens 3"), 0); /* it needs none */
     /* train.history marks the steps without a validation loss with NaN */
     ck_assert_int_eq(run("train --resume base.st --out o.st --svg o.svg"), 0);
 }
@@ -109,7 +125,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, llama_config_that_counts_a_layer_fewer_than_the_file_holds_is_refused);
     tcase_add_test(tc, gpt_config_that_counts_a_layer_fewer_or_a_stray_tensor_is_refused);
-    tcase_add_test(tc, weights_or_optimizer_state_that_are_not_finite_are_refused_by_name);
+    tcase_add_test(tc, weights_or_optimizer_state_not_finite_or_missing_are_refused_by_name);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

@@ -735,13 +735,16 @@ TG_API int tg_safetensors_save(const char *path, const tg_params *ps, int n_meta
 TG_API int tg_safetensors_check_writable(const char *path);
 /* Reads every tensor of path into out (as new contiguous tensors, names as
  * in the file). Rejects, with a message naming the problem and the file:
- * a truncated file, a header length past the end, malformed JSON, an unknown
- * dtype, a shape that does not match its byte range, offsets out of range or
- * overlapping, duplicate names. path must be a regular file: a directory,
- * FIFO, device or socket is TG_ERR_IO ("is not a regular file (it is a
- * FIFO)"), reported at once, without opening it, so a FIFO never blocks. A
- * missing or unreadable file is TG_ERR_IO too. On error out is left as it
- * was. */
+ * a truncated file, a header length past the end, malformed JSON, a key
+ * repeated anywhere in the header (a tensor name, __metadata__, "dtype" in
+ * one entry: JSON readers disagree on which one counts), an unknown dtype,
+ * a shape that does not match its byte range, offsets out of range or
+ * overlapping. Values are read as they are, NaN and inf included, as
+ * PyTorch reads them: tg_params_check_finite refuses those. path must be a
+ * regular file: a directory, FIFO, device or socket is TG_ERR_IO ("is not a
+ * regular file (it is a FIFO)"), reported at once, without opening it, so a
+ * FIFO never blocks. A missing or unreadable file is TG_ERR_IO too. On error
+ * out is left as it was. */
 TG_API int tg_safetensors_load(const char *path, tg_params *out);
 /* Copies the file's tensors into the tensors of ps, matched by name: all or
  * nothing. A missing name, an unexpected name, or a shape or dtype mismatch
