@@ -9,16 +9,16 @@
 static char dir[64];
 static char output[1 << 16];
 
-static int run(const char *args)
+/* Runs `gpt ARGS` in dir: it exits with status (no crash, no leak) and says
+ * fragment, unless that is NULL. */
+static void expect(int status, const char *args, const char *fragment)
 {
-    int status = run_example_in(dir, "gpt", args, output, sizeof output);
-    ck_assert_msg(!strstr(output, "leaked"), "%s", output);
-    ck_assert_msg(status >= 0, "gpt %s crashed:\n%s", args, output);
-    return status;
+    int got = run_example_in(dir, "gpt", args, output, sizeof output);
+    ck_assert_msg(got == status && !strstr(output, "leaked") &&
+                      (!fragment || strstr(output, fragment)),
+                  "gpt %s: exit %d, not %d, or no '%s' in:\n%s", args, got, status,
+                  fragment ? fragment : "", output);
 }
-
-#define ck_assert_output(fragment) \
-    ck_assert_msg(strstr(output, fragment) != NULL, "no '%s' in:\n%s", fragment, output)
 
 static void make_dir(void) { make_temp_dir(dir, sizeof dir, "tg_gpt_ck"); }
 
@@ -64,31 +64,29 @@ static void write_changed(const char *name, int64_t at, double value)
 /* Resuming and sampling bad.st both fail with message, before a step. */
 static void assert_refused(const char *message)
 {
-    ck_assert_int_eq(run("train --resume bad.st --out o.st --svg o.svg"), 1);
-    ck_assert_output(message);
+    expect(1, "train --resume bad.st --out o.st --svg o.svg", message);
     ck_assert_msg(!strstr(output, "step 3/"), "trained:\n%s", output);
-    ck_assert_int_eq(run("sample --ckpt bad.st --tokens 3"), 1);
-    ck_assert_output(message);
+    expect(1, "sample --ckpt bad.st --tokens 3", message);
 }
 
 START_TEST(llama_config_that_counts_a_layer_fewer_than_the_file_holds_is_refused)
 {
-    ck_assert_int_eq(run("train --arch llama --config task --steps 4 --batch 4 --stop-at 2 "
-                         "--out base.st --svg base.svg"), 0);
+    expect(0, "train --arch llama --config task --steps 4 --batch 4 --stop-at 2 "
+           "--out base.st --svg base.svg", NULL);
     write_changed("llama.config", 2, 1); /* layers: 2 -> 1 */
     /* 9 weights of layer 1, and 3 tensors of AdamW state for each */
     assert_refused("bad.st is not a usable gpt checkpoint: llama.config does not account for "
                    "36 of its tensors: model.layers.1.self_attn.q_proj.weight, "
                    "model.layers.1.self_attn.k_proj.weight, "
                    "model.layers.1.self_attn.v_proj.weight and 33 more");
-    ck_assert_int_eq(run("train --resume base.st --out o.st --svg o.svg"), 0);
+    expect(0, "train --resume base.st --out o.st --svg o.svg", NULL);
 }
 END_TEST
 
 START_TEST(gpt_config_that_counts_a_layer_fewer_or_a_stray_tensor_is_refused)
 {
-    ck_assert_int_eq(run("train --config task --steps 4 --batch 4 --stop-at 2 --out base.st "
-                         "--svg base.svg"), 0);
+    expect(0, "train --config task --steps 4 --batch 4 --stop-at 2 --out base.st "
+           "--svg base.svg", NULL);
     write_changed("gpt.config", 2, 1); /* layers: 2 -> 1 */
     assert_refused("gpt.config does not account for 48 of its tensors: "
                    "transformer.h.1.ln_1.weight, transformer.h.1.ln_1.bias, "
@@ -100,20 +98,20 @@ END_TEST
 
 START_TEST(weights_or_optimizer_state_not_finite_or_missing_are_refused_by_name)
 {
-    ck_assert_int_eq(run("train --config tiny --steps 4 --batch 4 --stop-at 2 --out base.st "
-                         "--svg base.svg"), 0);
+    expect(0, "train --config tiny --steps 4 --batch 4 --stop-at 2 --out base.st "
+           "--svg base.svg", NULL);
     write_changed("transformer.wte.weight", 3 * 32 + 5, INFINITY);
     assert_refused("'transformer.wte.weight' (float32 [13,32]) holds inf at [3,5]");
     write_changed("exp_avg_sq.transformer.h.0.mlp.c_fc.bias", 7, NAN);
-    ck_assert_int_eq(run("train --resume bad.st --out o.st --svg o.svg"), 1);
-    ck_assert_output("'exp_avg_sq.transformer.h.0.mlp.c_fc.bias' (float32 [128]) holds nan at [7]");
+    expect(1, "train --resume bad.st --out o.st --svg o.svg",
+           "'exp_avg_sq.transformer.h.0.mlp.c_fc.bias' (float32 [128]) holds nan at [7]");
     /* a state that does not load is named in plain words */
     write_changed("exp_avg.transformer.h.0.mlp.c_fc.bias", -1, 0);
-    ck_assert_int_eq(run("train --resume bad.st --out o.st --svg o.svg"), 1);
-    ck_assert_output("bad.st cannot be resumed: its optimizer state is not usable: ");
-    ck_assert_int_eq(run("sample --ckpt bad.st --tokens 3"), 0); /* it needs none */
+    expect(1, "train --resume bad.st --out o.st --svg o.svg",
+           "bad.st cannot be resumed: its optimizer state is not usable: ");
+    expect(0, "sample --ckpt bad.st --tokens 3", NULL); /* it needs none */
     /* train.history marks the steps without a validation loss with NaN */
-    ck_assert_int_eq(run("train --resume base.st --out o.st --svg o.svg"), 0);
+    expect(0, "train --resume base.st --out o.st --svg o.svg", NULL);
 }
 END_TEST
 
