@@ -383,7 +383,7 @@ static int resume(const char *path, const tg_params *ck, trainer *tr, const opti
     gpt_settings s;
     if (gpt_checkpoint_load_settings(path, ck, &s))
         return 1;
-    const char *what = "the optimizer state";
+    const char *what = "optimizer state";
     int rc = gpt_opt_load_state(tr->opt, ck);
     if (rc == 0 && (what = "train.rng_data",
                     tg_rng_set_state_tensor(tr->data_rng, tg_params_find(ck, what)) < 0))

@@ -267,6 +267,93 @@ static int check_params(const char *path, const tg_params *ck, const lm_config *
     return c->arch == LM_LLAMA ? check_llama_params(path, ck, c) : check_gpt_params(path, ck, c);
 }
 
+/* ---- what else a checkpoint may hold, and its values ---- */
+
+/* A name read from a file, for a message: as it is when it is printable
+ * ASCII; one that could drive a terminal is not printed. */
+static const char *shown(const char *name)
+{
+    for (const char *p = name; *p; p++)
+        if (*p < 0x20 || *p > 0x7e)
+            return "(a name with control or non-ASCII bytes)";
+    return name;
+}
+
+/* name is a parameter of the model built from the config (mp) or a part of
+ * its AdamW state (tg_optim_state's names: "step", and the parameter's name
+ * after "step.", "exp_avg." or "exp_avg_sq."). */
+static bool is_weight(const char *name, const tg_params *mp)
+{
+    static const char *const state[] = {"step.", "exp_avg.", "exp_avg_sq."};
+    if (!strcmp(name, "step"))
+        return true;
+    for (size_t i = 0; i < sizeof state / sizeof state[0]; i++)
+        if (!strncmp(name, state[i], strlen(state[i]))) {
+            name += strlen(state[i]);
+            break;
+        }
+    return tg_params_find(mp, name) != NULL;
+}
+
+/* name is the config, a record of the run (gpt_checkpoint_save's names) or
+ * a weight. */
+static bool accounted(const char *name, const char *config, const tg_params *mp)
+{
+    static const char *const records[] = {"model.arch", "gpt.vocab", "train.settings",
+                                          "train.history", "train.rng_data",
+                                          "train.rng_dropout"};
+    if (!strcmp(name, config))
+        return true;
+    for (size_t i = 0; i < sizeof records / sizeof records[0]; i++)
+        if (!strcmp(name, records[i]))
+            return true;
+    return is_weight(name, mp);
+}
+
+/* Every tensor of ck is accounted for: one the config does not (a layer past
+ * its count, another architecture's) would be dropped without a word, its
+ * optimizer state with it, so it is refused, the first few named. */
+static int check_accounted(const char *path, const tg_params *ck, const char *config,
+                           const tg_params *mp)
+{
+    char list[400] = "";
+    int extra = 0;
+    for (int i = 0; i < ck->count; i++) {
+        if (accounted(ck->names[i], config, mp))
+            continue;
+        size_t n = strlen(list);
+        if (extra < 3)
+            snprintf(list + n, sizeof list - n, "%s%.100s", extra ? ", " : "",
+                     shown(ck->names[i]));
+        extra++;
+    }
+    if (extra > 3)
+        snprintf(list + strlen(list), sizeof list - strlen(list), " and %d more", extra - 3);
+    if (extra)
+        return bad(path, "%s does not account for %d of its tensors: %s", config, extra, list);
+    return 0;
+}
+
+/* Every value of the model and its optimizer state is a finite number (the
+ * records have checks of their own; train.history marks unmeasured losses
+ * with NaN). */
+static int check_finite(const char *path, const tg_params *ck, const tg_params *mp)
+{
+    tg_params values = {0};
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < ck->count; i++)
+        if (is_weight(ck->names[i], mp))
+            rc = tg_params_add(&values, NULL, ck->names[i], ck->tensors[i]);
+    if (rc == 0)
+        rc = tg_params_check_finite(&values);
+    tg_params_clear(&values);
+    if (rc && tg_error_code() == TG_ERR_VALUE)
+        return bad(path, "not every value is a finite number (%s)", tg_error_message());
+    if (rc)
+        return fprintf(stderr, "gpt: cannot check %s: %s\n", path, tg_error_message()), 1;
+    return 0;
+}
+
 int gpt_checkpoint_load_model(const char *path, tg_params *ck, lm **model, gpt_vocab *vocab)
 {
     if (tg_safetensors_load(path, ck) < 0)
@@ -278,10 +365,13 @@ int gpt_checkpoint_load_model(const char *path, tg_params *ck, lm **model, gpt_v
     *model = lm_new(&config, rng);
     tg_rng_free(rng);
     tg_params mp = {0};
-    if (!*model || lm_params(*model, &mp) < 0)
+    if (!*model || lm_params(*model, &mp) < 0) {
+        tg_params_clear(&mp);
         return fprintf(stderr, "gpt: cannot build the model of %s: %s\n", path,
                        tg_error_message()), 1;
-    int rc = 0;
+    }
+    const char *config_name = config.arch == LM_LLAMA ? "llama.config" : "gpt.config";
+    int rc = check_accounted(path, ck, config_name, &mp) || check_finite(path, ck, &mp) ? -1 : 0;
     for (int i = 0; rc == 0 && i < mp.count; i++) {
         tg_tensor *src = tg_params_find(ck, mp.names[i]), *dst = mp.tensors[i];
         bool same = src && tg_ndim(src) == tg_ndim(dst) &&

@@ -618,7 +618,8 @@ int main(int argc, char **argv)
     model m = {0};
     int failed = !rng || model_init(&m, rng) < 0;
     if (!failed && o.load) {
-        failed = tg_safetensors_load_into(o.load, &m.params) < 0;
+        failed = tg_safetensors_load_into(o.load, &m.params) < 0 ||
+                 tg_params_check_finite(&m.params) < 0; /* NaN would score 0%, not fail */
         if (!failed)
             printf("loaded %s\n", o.load);
     } else if (!failed) {

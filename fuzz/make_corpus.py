@@ -59,6 +59,13 @@ def safetensors_corpus():
     write("safetensors", "overlap", st({"x": one["x"], "y": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, f32(1, 2)))
     write("safetensors", "duplicate_names", st('{"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
                                                '"x":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}}', f32(1, 2, 3, 4)))
+    # A repeated key reads as the first value here and the last in Python's
+    # json: refused wherever it is in the header.
+    write("safetensors", "duplicate_dtype", st('{"x":{"dtype":"F32","dtype":"F64","shape":[2],"data_offsets":[0,8]}}', f32(1, 2)))
+    write("safetensors", "duplicate_shape", st('{"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"shape":[1]}}', f32(1, 2)))
+    write("safetensors", "duplicate_metadata", st('{"__metadata__":{"format":"pt"},"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
+                                                  '"__metadata__":{"format":"np"}}', f32(1, 2)))
+    write("safetensors", "duplicate_metadata_key", st('{"__metadata__":{"format":"pt","format":"np"}}'))
     write("safetensors", "huge_shape", st({"x": {"dtype": "F64", "shape": [4611686018427387904, 4], "data_offsets": [0, 8]}}, f32(1, 2)))
     # Found by review, fixed in nn/safetensors.c: an empty tensor whose other
     # dims overflow the strides (UBSan: signed overflow in tg__empty).

@@ -377,6 +377,61 @@ const tg__json *tg__json_get(const tg__json *obj, const char *key)
     return NULL;
 }
 
+/* ---- repeated keys ------------------------------------------------------------ */
+
+typedef struct {
+    const char *key;
+    int index;
+} keyed;
+
+static int by_key_then_index(const void *a, const void *b)
+{
+    const keyed *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+const char *tg__json_repeated_key(const tg__json *obj, bool *nomem)
+{
+    if (obj->type != TG_JSON_OBJECT || obj->count < 2)
+        return NULL;
+    int second = -1; /* the first member whose key an earlier one has */
+    if (obj->count <= 16) { /* a tensor's entry: no allocation */
+        for (int i = 1; i < obj->count && second < 0; i++)
+            for (int j = 0; j < i && second < 0; j++)
+                if (strcmp(obj->keys[i], obj->keys[j]) == 0)
+                    second = i;
+        return second < 0 ? NULL : obj->keys[second];
+    }
+    keyed *k = malloc((size_t)obj->count * sizeof *k);
+    if (!k) {
+        *nomem = true;
+        return NULL;
+    }
+    for (int i = 0; i < obj->count; i++)
+        k[i] = (keyed){obj->keys[i], i};
+    qsort(k, (size_t)obj->count, sizeof *k, by_key_then_index);
+    for (int i = 1; i < obj->count; i++)
+        if (strcmp(k[i - 1].key, k[i].key) == 0 && (second < 0 || k[i].index < second))
+            second = k[i].index;
+    free(k);
+    return second < 0 ? NULL : obj->keys[second];
+}
+
+const char *tg__json_find_repeated(const tg__json *v, const tg__json **where, bool *nomem)
+{
+    const char *key = tg__json_repeated_key(v, nomem);
+    if (key) {
+        *where = v;
+        return key;
+    }
+    for (int i = 0; (v->type == TG_JSON_ARRAY || v->type == TG_JSON_OBJECT) && i < v->count &&
+                    !*nomem; i++)
+        if ((key = tg__json_find_repeated(&v->items[i], where, nomem)))
+            return key;
+    return NULL;
+}
+
 const char *tg__json_type_name(tg__json_type type)
 {
     switch (type) {

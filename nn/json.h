@@ -45,6 +45,14 @@ const char *tg__json_type_name(tg__json_type type);
 /* Length of the valid UTF-8 sequence at p (before end), or 0: rejects
  * overlong forms, surrogates and code points past U+10FFFF. */
 size_t tg__utf8_seq(const unsigned char *p, const unsigned char *end);
+/* JSON leaves a repeated key's meaning to the reader (the first wins in
+ * one, the last in another), so a header is checked for them. The key of
+ * obj's first member that repeats an earlier member's key, or NULL (also
+ * when obj is not an object, or when memory ran out: then *nomem is set). */
+const char *tg__json_repeated_key(const tg__json *obj, bool *nomem);
+/* The same through v and every value nested in it, depth first: the
+ * repeated key and in *where the object that holds it, or NULL. */
+const char *tg__json_find_repeated(const tg__json *v, const tg__json **where, bool *nomem);
 /* True when the NUL-terminated s is valid UTF-8 (what JSON text must be). */
 bool tg__utf8_valid(const char *s);
 

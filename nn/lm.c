@@ -77,8 +77,11 @@ int tg__generate(const tg__gen_stepper *d, const int64_t *prompt, int64_t prompt
         }
         rc = d->step(d->model, out + w + cached, len - w - cached, cached, row);
         cached = len - w;
-        if (rc == 0)
-            out[len++] = tg__sampler_pick(s, opts, rng);
+        int64_t token = rc == 0 ? tg__sampler_pick(s, opts, rng, len) : -1;
+        if (token < 0)
+            rc = -1;
+        else
+            out[len++] = token;
         if (rc == 0 && on_token && on_token(out[len - 1], ctx))
             break;
     }

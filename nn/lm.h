@@ -42,7 +42,9 @@ typedef struct {
  * handed to on_token (may be NULL; nonzero stops, not an error). When the
  * sequence outgrows block_size the window becomes its last block_size
  * tokens and the cache is rebuilt from them (step at pos0 = 0). Runs with
- * grad mode off. 0, or -1 with the error recorded. */
+ * grad mode off. 0, or -1 with the error recorded: logits that hold NaN or
+ * +inf stop it with TG_ERR_VALUE naming the position (out then holds the
+ * tokens made before it). */
 int tg__generate(const tg__gen_stepper *d, const int64_t *prompt, int64_t prompt_len, int64_t n,
                  const tg_sample_options *opts, tg_rng *rng, int64_t *out,
                  int (*on_token)(int64_t token, void *ctx), void *ctx);

@@ -1,6 +1,7 @@
 /* safetensors checkpoints: save a tg_params list atomically, and load one
- * back after validating the whole file first (header, dtypes, shapes, byte
- * ranges, names), so a bad file changes nothing. The format is in nn.h. */
+ * back after validating the whole file first (header and its keys, dtypes,
+ * shapes, byte ranges, names), so a bad file changes nothing. The format is
+ * in nn.h. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -422,6 +423,34 @@ static int check_metadata(const st_file *f, const tg__json *v)
     return 0;
 }
 
+/* Every key once, in every object of the header: a file that two readers
+ * would read differently (the first "dtype" wins in one, the last in the
+ * other) is refused, the key named. */
+static int check_repeats(const st_file *f)
+{
+    bool nomem = false;
+    const tg__json *where = NULL;
+    const char *key = tg__json_repeated_key(&f->header, &nomem);
+    if (key && strcmp(key, "__metadata__") == 0)
+        return bad(f, "the header has __metadata__ twice");
+    if (key)
+        return bad(f, "duplicate tensor name '%s'", key);
+    for (int i = 0; !nomem && i < f->header.count; i++) {
+        const char *member = f->header.keys[i];
+        bool meta = strcmp(member, "__metadata__") == 0;
+        if (!(key = tg__json_find_repeated(&f->header.items[i], &where, &nomem)))
+            continue;
+        if (where == &f->header.items[i])
+            return meta ? bad(f, "__metadata__ has key '%s' twice", key)
+                        : bad(f, "tensor '%s' has key '%s' twice", member, key);
+        return bad(f, "%s%s%s holds an object with key '%s' twice", meta ? "" : "tensor '",
+                   member, meta ? "" : "'", key);
+    }
+    if (nomem)
+        tg_fail(TG_ERR_NOMEM, "%s: %s: out of memory checking the header", f->fn, f->path);
+    return nomem ? -1 : 0;
+}
+
 static int by_begin(const void *a, const void *b)
 {
     const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
@@ -434,8 +463,9 @@ static int by_name(const void *a, const void *b)
     return strcmp((*(entry *const *)a)->name, (*(entry *const *)b)->name);
 }
 
-/* No two non-empty byte ranges share a byte, and no name appears twice. */
-static int check_ranges_and_names(st_file *f)
+/* No two non-empty byte ranges share a byte; by_name ends sorted by name
+ * (check_repeats made the names unique). */
+static int check_ranges(st_file *f)
 {
     entry **sorted = f->by_name;
     for (int i = 0; i < f->count; i++)
@@ -454,9 +484,6 @@ static int check_ranges_and_names(st_file *f)
             last = e;
     }
     qsort(sorted, (size_t)f->count, sizeof *sorted, by_name);
-    for (int i = 1; i < f->count; i++)
-        if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0)
-            return bad(f, "duplicate tensor name '%s'", sorted[i]->name);
     return 0;
 }
 
@@ -510,6 +537,8 @@ static int open_checked(st_file *f, const char *fn, const char *path)
     }
     if (f->header.type != TG_JSON_OBJECT)
         return bad(f, "header is %s, not an object", tg__json_type_name(f->header.type));
+    if (check_repeats(f) < 0)
+        return -1;
     f->data = f->bytes + 8 + n;
     f->data_size = (int64_t)(f->size - 8 - n);
     int members = f->header.count;
@@ -527,7 +556,7 @@ static int open_checked(st_file *f, const char *fn, const char *path)
         if (rc < 0)
             return -1;
     }
-    if (check_ranges_and_names(f) < 0)
+    if (check_ranges(f) < 0)
         return -1;
     to_host_order(f);
     return 0;

@@ -16,6 +16,7 @@ typedef struct {
 } ranked;
 
 struct tg__sampler {
+    const char *fn; /* the public function, named in messages */
     int64_t V;
     double *row;    /* [V] logits, then weights */
     ranked *order;  /* [V] scratch for top-k and top-p */
@@ -81,6 +82,7 @@ tg__sampler *tg__sampler_new(int64_t vocab_size, const char *fn)
 {
     tg__sampler *s = calloc(1, sizeof *s);
     if (s) {
+        s->fn = fn;
         s->V = vocab_size;
         s->row = malloc((size_t)vocab_size * sizeof *s->row);
         s->order = malloc((size_t)vocab_size * sizeof *s->order);
@@ -146,13 +148,40 @@ static void keep_nucleus(tg__sampler *s, double total, double top_p)
         s->row[s->order[r].token] = 0;
 }
 
-int64_t tg__sampler_pick(tg__sampler *s, const tg_sample_options *o, tg_rng *rng)
+/* A row that can be drawn from: no NaN or +inf (softmax of it is NaN, and
+ * every comparison with NaN is false, so a draw would quietly be token 0 or
+ * the last one) and not every logit -inf (no token is possible). The argmax
+ * in *best; 0, or -1 with the position named. */
+static int check_row(const tg__sampler *s, int64_t pos, int64_t *best)
+{
+    const double *w = s->row;
+    int64_t V = s->V, top = 0;
+    for (int64_t i = 0; i < V; i++) {
+        if (isnan(w[i]) || w[i] == INFINITY) {
+            tg_fail(TG_ERR_VALUE, "%s: the logits for position %lld hold %s at token %lld: "
+                    "no token can be drawn (the model's weights or activations are not "
+                    "finite)", s->fn, (long long)pos, isnan(w[i]) ? "nan" : "inf",
+                    (long long)i);
+            return -1;
+        }
+        if (w[i] > w[top])
+            top = i;
+    }
+    if (w[top] == -INFINITY) {
+        tg_fail(TG_ERR_VALUE, "%s: every logit for position %lld is -inf: no token can be "
+                "drawn", s->fn, (long long)pos);
+        return -1;
+    }
+    *best = top;
+    return 0;
+}
+
+int64_t tg__sampler_pick(tg__sampler *s, const tg_sample_options *o, tg_rng *rng, int64_t pos)
 {
     double *w = s->row;
-    int64_t V = s->V, best = 0;
-    for (int64_t i = 1; i < V; i++)
-        if (w[i] > w[best])
-            best = i;
+    int64_t V = s->V, best;
+    if (check_row(s, pos, &best) < 0)
+        return -1;
     if (o->greedy)
         return best;
     for (int64_t i = 0; i < V; i++)

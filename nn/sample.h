@@ -25,13 +25,15 @@ typedef struct tg__sampler tg__sampler;
 tg__sampler *tg__sampler_new(int64_t vocab_size, const char *fn);
 /* The row [vocab_size] the caller fills with the next token's logits. */
 double *tg__sampler_row(tg__sampler *s);
-/* A token from the row (which it overwrites), with options that passed
- * tg__sample_check: the argmax when greedy; otherwise the logits are divided
- * by the temperature, cut to the top_k largest (ties with the k-th kept),
- * then to the nucleus (the fewest most likely tokens whose probabilities
- * sum to >= top_p, at least one), and one uniform number from rng draws
- * from what is left by inverse CDF in token order. */
-int64_t tg__sampler_pick(tg__sampler *s, const tg_sample_options *o, tg_rng *rng);
+/* A token from the row (which it overwrites) for the token at position pos
+ * of the sequence, with options that passed tg__sample_check: the argmax
+ * when greedy; otherwise the logits are divided by the temperature, cut to
+ * the top_k largest (ties with the k-th kept), then to the nucleus (the
+ * fewest most likely tokens whose probabilities sum to >= top_p, at least
+ * one), and one uniform number from rng draws from what is left by inverse
+ * CDF in token order. -1 with TG_ERR_VALUE, naming the function and pos,
+ * when the row holds NaN or +inf or every logit is -inf. */
+int64_t tg__sampler_pick(tg__sampler *s, const tg_sample_options *o, tg_rng *rng, int64_t pos);
 void tg__sampler_free(tg__sampler *s);
 
 #endif

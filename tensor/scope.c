@@ -119,7 +119,12 @@ int tg_scope_end(void)
 
 tg_tensor *tg_scope_end_keep(tg_tensor *t)
 {
-    tg_tensor *kept = tg_retain(t); /* NULL, and an error, when t was released */
+    tg_tensor *kept = NULL;
+    if (t && tg__dead_tensor(t)) /* not handed on to be released again; the scope still ends */
+        tg__report_released(__func__, "tensor", t,
+                            &(tg__site){.addr = __builtin_return_address(0)});
+    else
+        kept = tg_retain(t);
     tg__site site = {.addr = __builtin_return_address(0),
                      .how = "the end of a scope, tg_scope_end_keep called from "};
     if (pop_scope(__func__, &site) < 0) {

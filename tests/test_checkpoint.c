@@ -1,9 +1,11 @@
 /* Stopping and resuming: a GPT with dropout trained for 3 steps, saved
  * (parameters, AdamW state, both generators) to safetensors, loaded into a
  * differently initialised model and trained on gives bit-identical losses to
- * a run that never stopped. */
+ * a run that never stopped. A loaded checkpoint's values can be checked
+ * finite. */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -125,6 +127,57 @@ START_TEST(resumed_run_gives_bit_identical_losses)
 }
 END_TEST
 
+/* A checkpoint that holds NaN or inf loads, as in PyTorch; checking what
+ * was loaded refuses it by name, whatever the float dtype or layout. */
+START_TEST(loaded_weights_that_are_not_finite_are_named_by_the_check)
+{
+    run r;
+    run_start(&r, 1);
+    tg_tensor *wte = tg_params_find(&r.params, "transformer.wte.weight"); /* [13, 16] */
+    ((float *)tg_data(wte))[3 * 16 + 5] = INFINITY;
+    ((float *)tg_data(wte))[7 * 16] = NAN;
+    char dir[64], path[96];
+    make_temp_dir(dir, sizeof dir, "tg_finite");
+    snprintf(path, sizeof path, "%s/m.safetensors", dir);
+    ck_assert_int_eq(tg_safetensors_save(path, &r.params, 0, NULL, NULL), 0);
+    tg_params loaded = {0};
+    ck_assert_int_eq(tg_safetensors_load(path, &loaded), 0);
+    unlink(path);
+    rmdir(dir);
+    ck_assert_int_eq(tg_params_check_finite(&loaded), -1);
+    ck_assert_error(TG_ERR_VALUE, "tg_params_check_finite: 'transformer.wte.weight'",
+                    "float32 [13,16]", "holds inf at [3,5]", "2 of its 208 values");
+    tg_params_clear(&loaded);
+    run_end(&r);
+
+    /* bfloat16 and a strided view are read too; integers cannot be NaN. */
+    tg_params ps = {0};
+    tg_tensor *ok = tg_full(TG_BFLOAT16, 2, SHAPE(2, 3), 1.5);
+    tg_tensor *steps = tg_zeros(TG_INT64, 1, SHAPE(2));
+    tg_tensor *m = tg_from_data(TG_FLOAT64, 2, SHAPE(2, 2), (const double[]){1, -INFINITY, 2, 3});
+    tg_tensor *mt = tg_transpose(m, 0, 1);
+    ck_assert_int_eq(tg_params_add(&ps, NULL, "ok", ok), 0);
+    ck_assert_int_eq(tg_params_add(&ps, NULL, "steps", steps), 0);
+    ck_assert_int_eq(tg_params_check_finite(&ps), 0);
+    ck_assert_int_eq(tg_params_add(&ps, "exp_avg", "m", mt), 0);
+    ck_assert_int_eq(tg_params_check_finite(&ps), -1);
+    ck_assert_error(TG_ERR_VALUE, "'exp_avg.m' (float64 [2,2]) holds -inf at [1,0]");
+    tg_tensor *half = tg_full(TG_BFLOAT16, 1, SHAPE(4), NAN);
+    tg_params_truncate(&ps, 2);
+    ck_assert_int_eq(tg_params_add(&ps, NULL, "half", half), 0);
+    ck_assert_int_eq(tg_params_check_finite(&ps), -1);
+    ck_assert_error(TG_ERR_VALUE, "'half' (bfloat16 [4]) holds nan at [0]");
+    ck_assert_int_eq(tg_params_check_finite(NULL), -1);
+    ck_assert_error(TG_ERR_NULL, "tg_params_check_finite");
+    tg_release(ok);
+    tg_release(steps);
+    tg_release(m);
+    tg_release(mt);
+    tg_release(half);
+    tg_params_clear(&ps);
+}
+END_TEST
+
 START_TEST(rng_state_tensor_round_trips_and_rejects_bad_input)
 {
     tg_rng *a = tg_rng_new(5), *b = tg_rng_new(6);
@@ -161,6 +214,7 @@ int main(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, resumed_run_gives_bit_identical_losses);
     tcase_add_test(tc, rng_state_tensor_round_trips_and_rejects_bad_input);
+    tcase_add_test(tc, loaded_weights_that_are_not_finite_are_named_by_the_check);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

@@ -1,9 +1,10 @@
 /* Runs examples/seq2seq as a newcomer would: the default run translates at
  * least 99% of the held-out numbers exactly, greedy and with beam search;
- * --load of its checkpoint decodes the same; bad beam sizes and files are
- * refused. */
+ * --load of its checkpoint decodes the same; bad beam sizes and files, and
+ * weights that are not finite, are refused. */
 #include "testutil.h"
 
+#include <math.h>
 #include <unistd.h>
 
 /* Built with AddressSanitizer, or under valgrind (TG_MEMCHECK), a run is ten
@@ -120,6 +121,29 @@ START_TEST(load_of_a_missing_or_bad_file_fails_naming_it)
 }
 END_TEST
 
+/* NaN weights would decode to 0% and exit 0: --load refuses them, naming
+ * the parameter. */
+START_TEST(load_of_weights_that_are_not_finite_fails_naming_the_parameter)
+{
+    ck_assert_msg(train_status == 0, "exit status %d", train_status);
+    char path[128], want[256];
+    snprintf(path, sizeof path, "%s/s.safetensors", dir);
+    tg_params ck = {0};
+    ck_assert_int_eq(tg_safetensors_load(path, &ck), 0);
+    tg_tensor *t = ck.tensors[ck.count - 1];
+    ck_assert(tg_dtype_of(t) == TG_FLOAT32);
+    ((float *)tg_data(t))[0] = NAN;
+    snprintf(want, sizeof want, "'%s' (float32 ", ck.names[ck.count - 1]);
+    snprintf(path, sizeof path, "%s/nan.safetensors", dir);
+    ck_assert_int_eq(tg_safetensors_save(path, &ck, 0, NULL, NULL), 0);
+    tg_params_clear(&ck);
+    static char out[OUT_CAP];
+    ck_assert_int_eq(run("--load nan.safetensors", out), 1);
+    ck_assert_msg(strstr(out, want) && strstr(out, "holds nan at [0"), "%s", out);
+    ck_assert_ptr_null(strstr(out, "exact match"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("example_seq2seq");
@@ -130,6 +154,7 @@ int main(void)
     tcase_add_test(tc, load_decodes_the_checkpoint_as_the_training_run_did);
     tcase_add_test(tc, beam_size_outside_the_vocabulary_is_refused);
     tcase_add_test(tc, load_of_a_missing_or_bad_file_fails_naming_it);
+    tcase_add_test(tc, load_of_weights_that_are_not_finite_fails_naming_the_parameter);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

@@ -1,7 +1,7 @@
 /* The GPT's generation (nn/gpt.c, nn/sample.c): KV-cache generation against
  * full recomputation, past block_size and streamed, sampling against the
  * rule written out independently, top-k and top-p, the context policy, the
- * KV cache's size, and errors. */
+ * KV cache's size, and errors (non-finite logits among them). */
 #include "testutil.h"
 
 #include "gpt_testutil.h"
@@ -139,6 +139,37 @@ START_TEST(generate_each_reports_each_new_token_in_order_and_can_stop)
     ck_assert_int_eq(memcmp(cut, plain, sizeof(int64_t) * 7), 0);
     ck_assert_int_eq(cut[7], 0); /* nothing written past the stop */
     ck_assert_int_eq(tg_error_code(), TG_OK);
+    tg_gpt_free(m);
+}
+END_TEST
+
+/* A non-finite weight reaches the logits from the position that reads it
+ * on: generation stops there, in every mode, naming the position, with the
+ * tokens made before it in out and reported, instead of answering token 0. */
+START_TEST(generate_stops_at_the_first_position_whose_logits_are_not_finite)
+{
+    tg_gpt *m = generation_model(TG_FLOAT64);
+    tg_params ps = {0};
+    ck_assert_int_eq(tg_gpt_params(m, &ps), 0);
+    tg_tensor *wpe = tg_params_find(&ps, "transformer.wpe.weight"); /* [6, 8] */
+    ((double *)tg_data(wpe))[4 * 8 + 1] = NAN; /* position 4: the logits for position 5 */
+    tg_params_clear(&ps);
+    const tg_sample_options modes[] = {{.greedy = true}, {.temperature = 1},
+                                       {.temperature = 1, .top_k = 3},
+                                       {.temperature = 1, .top_p = 0.8}};
+    const int64_t prompt[] = {3, 7};
+    tg_rng *rng = tg_rng_new(4);
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        int64_t out[2 + 4] = {0};
+        token_log log = {.stop_after = 100};
+        ck_assert_int_eq(tg_gpt_generate_each(m, prompt, 2, 4, &modes[i], rng, out, log_token,
+                                              &log), -1);
+        ck_assert_error(TG_ERR_VALUE, "tg_gpt_generate", "logits for position 5 hold nan");
+        ck_assert_int_eq(log.count, 3);
+        for (int k = 0; k < 3; k++)
+            ck_assert_int_eq(out[2 + k], log.seen[k]);
+    }
+    tg_rng_free(rng);
     tg_gpt_free(m);
 }
 END_TEST
@@ -369,6 +400,7 @@ int main(void)
     tcase_add_test(gen, greedy_with_kv_cache_equals_full_recomputation_past_block_size);
     tcase_add_test(gen, greedy_generation_in_float32_matches_full_recomputation);
     tcase_add_test(gen, generate_each_reports_each_new_token_in_order_and_can_stop);
+    tcase_add_test(gen, generate_stops_at_the_first_position_whose_logits_are_not_finite);
     tcase_add_test(gen, sampling_follows_softmax_of_scaled_logits_and_is_reproducible);
     tcase_add_test(gen, top_k_one_equals_greedy);
     tcase_add_test(gen, top_p_too_small_for_two_tokens_equals_greedy);

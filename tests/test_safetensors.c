@@ -357,6 +357,23 @@ static const bad_file bad_files[] = {
     HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
         "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
         "duplicate tensor name 'w'"),
+    /* A repeated key means one thing to one reader and another to the next. */
+    HDR("{\"w\":{\"dtype\":\"F32\",\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8,
+        "tensor 'w' has key 'dtype' twice"),
+    HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"shape\":[2]}}", 8,
+        "tensor 'w' has key 'shape' twice"),
+    HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],"
+        "\"data_offsets\":[4,8]}}", 8, "tensor 'w' has key 'data_offsets' twice"),
+    HDR("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],"
+        "\"x\":[{\"k\":1,\"k\":2}]}}", 4, "tensor 'w' holds an object with key 'k' twice"),
+    HDR("{\"__metadata__\":{\"a\":\"1\"},\"__metadata__\":{\"a\":\"2\"}}", 0,
+        "the header has __metadata__ twice"),
+    HDR("{\"__metadata__\":{\"a\":\"1\",\"b\":\"2\",\"a\":\"3\"}}", 0,
+        "__metadata__ has key 'a' twice"),
+    /* past 16 members the keys are sorted; the first repeat in the text is named */
+    HDR("{\"q\":0,\"b\":0,\"c\":0,\"d\":0,\"e\":0,\"f\":0,\"g\":0,\"h\":0,\"i\":0,\"j\":0,"
+        "\"k\":0,\"l\":0,\"m\":0,\"n\":0,\"o\":0,\"p\":0,\"a\":0,\"q\":0,\"a\":0}", 0,
+        "duplicate tensor name 'q'"),
     HDR("{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "empty name"),
     HDR("{\"__metadata__\":{\"a\":1}}", 0, "__metadata__ entry 'a' is a number, not a string"),
     HDR("{\"__metadata__\":\"x\"}", 0, "__metadata__ is a string, not an object"),

@@ -1,6 +1,7 @@
 /* The token choice every model's generation shares (nn/sample.h): top-p
  * against hand-made distributions whose nucleus is known, its order with
- * temperature and top-k, and the checks of a generation request. */
+ * temperature and top-k, rows no token can be drawn from, and the checks of
+ * a generation request. */
 #include "testutil.h"
 
 #include "sample.h"
@@ -23,7 +24,7 @@ static void count_draws(const tg_sample_options *o, int64_t counts[V])
         double *row = tg__sampler_row(s);
         for (int t = 0; t < V; t++)
             row[t] = log(probs[t]) + 3.0; /* a shift softmax ignores */
-        int64_t token = tg__sampler_pick(s, o, rng);
+        int64_t token = tg__sampler_pick(s, o, rng, i);
         ck_assert_int_ge(token, 0);
         ck_assert_int_lt(token, V);
         counts[token]++;
@@ -113,6 +114,56 @@ START_TEST(top_p_applies_after_the_temperature)
 }
 END_TEST
 
+/* A row with NaN or +inf has no softmax: every way of choosing refuses it,
+ * naming the position, rather than answering token 0. */
+START_TEST(pick_refuses_logits_that_are_not_finite_in_every_mode)
+{
+    const tg_sample_options modes[] = {{.greedy = true}, {.temperature = 1},
+                                       {.temperature = 0.7, .top_k = 2},
+                                       {.temperature = 1, .top_p = 0.9}};
+    const double bad[] = {NAN, INFINITY};
+    const char *shown[] = {"hold nan at token 2", "hold inf at token 2"};
+    tg__sampler *s = tg__sampler_new(V, "tg_gpt_generate");
+    tg_rng *rng = tg_rng_new(7);
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++)
+        for (int b = 0; b < 2; b++) {
+            double *row = tg__sampler_row(s);
+            for (int t = 0; t < V; t++)
+                row[t] = t == 2 ? bad[b] : log(probs[t]);
+            ck_assert_int_eq(tg__sampler_pick(s, &modes[m], rng, 17), -1);
+            ck_assert_error(TG_ERR_VALUE, "tg_gpt_generate: ", "position 17", shown[b]);
+        }
+    /* All NaN: no argmax to fall back on either. */
+    for (int t = 0; t < V; t++)
+        tg__sampler_row(s)[t] = NAN;
+    ck_assert_int_eq(tg__sampler_pick(s, &modes[0], rng, 3), -1);
+    ck_assert_error(TG_ERR_VALUE, "position 3", "hold nan at token 0");
+    tg_rng_free(rng);
+    tg__sampler_free(s);
+}
+END_TEST
+
+/* -inf is a masked token, not an error, until no token is left. */
+START_TEST(pick_draws_around_minus_inf_and_refuses_a_row_of_only_minus_inf)
+{
+    tg__sampler *s = tg__sampler_new(V, "tg_llama_generate");
+    tg_rng *rng = tg_rng_new(7);
+    const tg_sample_options greedy = {.greedy = true}, sampled = {.temperature = 1, .top_k = 3};
+    for (int i = 0; i < 50; i++) {
+        double *row = tg__sampler_row(s);
+        for (int t = 0; t < V; t++)
+            row[t] = t == 3 ? 0 : -INFINITY;
+        ck_assert_int_eq(tg__sampler_pick(s, i % 2 ? &greedy : &sampled, rng, i), 3);
+    }
+    for (int t = 0; t < V; t++)
+        tg__sampler_row(s)[t] = -INFINITY;
+    ck_assert_int_eq(tg__sampler_pick(s, &sampled, rng, 9), -1);
+    ck_assert_error(TG_ERR_VALUE, "tg_llama_generate: ", "every logit for position 9 is -inf");
+    tg_rng_free(rng);
+    tg__sampler_free(s);
+}
+END_TEST
+
 START_TEST(sample_check_refuses_top_p_outside_the_unit_interval)
 {
     const int64_t prompt[] = {1};
@@ -159,6 +210,8 @@ int main(void)
     tcase_add_test(tc, top_p_of_zero_or_one_keeps_every_token);
     tcase_add_test(tc, top_p_applies_after_top_k_renormalises);
     tcase_add_test(tc, top_p_applies_after_the_temperature);
+    tcase_add_test(tc, pick_refuses_logits_that_are_not_finite_in_every_mode);
+    tcase_add_test(tc, pick_draws_around_minus_inf_and_refuses_a_row_of_only_minus_inf);
     tcase_add_test(tc, sample_check_refuses_top_p_outside_the_unit_interval);
     tcase_add_test(tc, sample_check_refuses_running_past_the_context_unless_sliding);
     suite_add_tcase(s, tc);

@@ -55,6 +55,17 @@ TG_API int64_t tg_params_numel(const tg_params *ps);
  * operation made partway. */
 TG_API void tg_params_truncate(tg_params *ps, int count);
 TG_API void tg_params_clear(tg_params *ps);
+/* Checks that every floating-point tensor of ps (float32, float64, bfloat16;
+ * integer and bool tensors are skipped) holds finite numbers only. Loading
+ * does not check this: tg_safetensors_load reads NaN and inf as they are,
+ * as PyTorch's loaders do, so call this on what was loaded to refuse a
+ * checkpoint that holds them (or on a model after a step, to find where a
+ * NaN went). 0; or -1 with TG_ERR_VALUE naming the first tensor that is not
+ * finite, the index and value of its first such element and how many it
+ * holds, e.g. "tg_params_check_finite: 'wte.weight' (float32 [13,32]) holds
+ * nan at [3,5] (not finite: 1 of its 416 values)"; TG_ERR_NULL for a NULL
+ * list, name or tensor. */
+TG_API int tg_params_check_finite(const tg_params *ps);
 
 /* ---- modules (nn/linear.c, nn/norm.c, nn/embedding.c) ---------------------- */
 /* Each _new initialises its parameters as PyTorch's defaults do, drawing
@@ -732,13 +743,16 @@ TG_API int tg_path_check_writable(const char *path);
 TG_API int tg_safetensors_check_writable(const char *path);
 /* Reads every tensor of path into out (as new contiguous tensors, names as
  * in the file). Rejects, with a message naming the problem and the file:
- * a truncated file, a header length past the end, malformed JSON, an unknown
- * dtype, a shape that does not match its byte range, offsets out of range or
- * overlapping, duplicate names. path must be a regular file: a directory,
- * FIFO, device or socket is TG_ERR_IO ("is not a regular file (it is a
- * FIFO)"), reported at once, without opening it, so a FIFO never blocks. A
- * missing or unreadable file is TG_ERR_IO too. On error out is left as it
- * was. */
+ * a truncated file, a header length past the end, malformed JSON, a key
+ * repeated anywhere in the header (a tensor name, __metadata__, "dtype" in
+ * one entry: JSON readers disagree on which one counts), an unknown dtype,
+ * a shape that does not match its byte range, offsets out of range or
+ * overlapping. Values are read as they are, NaN and inf included, as
+ * PyTorch reads them: tg_params_check_finite refuses those. path must be a
+ * regular file: a directory, FIFO, device or socket is TG_ERR_IO ("is not a
+ * regular file (it is a FIFO)"), reported at once, without opening it, so a
+ * FIFO never blocks. A missing or unreadable file is TG_ERR_IO too. On error
+ * out is left as it was. */
 TG_API int tg_safetensors_load(const char *path, tg_params *out);
 /* Copies the file's tensors into the tensors of ps, matched by name: all or
  * nothing. A missing name, an unexpected name, or a shape or dtype mismatch

@@ -122,9 +122,9 @@ TG_API int64_t tg_live_tensors(void);
 /* Releasing a tensor twice, or using one after its last reference (or its
  * scope) went, is a bug that normally reads or corrupts freed memory. In
  * checked mode the library catches it: a released tensor header is kept,
- * poisoned, in a quarantine of the last 65536 released (about 24 MB) rather
- * than reused, and a later tg_release, tg_retain, accessor or op on it
- * fails with TG_ERR_STATE and also prints the message to stderr:
+ * poisoned, in a quarantine rather than reused, and a later tg_release,
+ * tg_retain, accessor or op on it fails with TG_ERR_STATE and also prints
+ * the message to stderr:
  *   tensorgrad: tg_release: tensor already released (called from
  *     ./app+0x1a2b; released before at ./app+0x19f0)
  *   tensorgrad: tg_reshape: input x was already released (called from
@@ -139,7 +139,15 @@ TG_API int64_t tg_live_tensors(void);
  * Checked mode is on when the environment has TG_CHECKED=1 as the library
  * loads (TG_CHECKED=0 turns it off), or by default in a library configured
  * with -Dchecked=true. Without it a second release is still refused while
- * the header has not been reused, but nothing is printed. */
+ * the header has not been reused, but nothing is printed.
+ *   The quarantine holds the most recently released headers, as many as fit
+ * in 256 MiB (about 840,000; 320 bytes each with their records), or in
+ * TG_CHECKED_QUARANTINE_MB MiB when the environment sets it as the library
+ * loads. It grows as releases come, so a short program uses no more than its
+ * releases need. A tensor released again after that many other releases
+ * (a scope ending over a graph larger than that, say) is past it: its header
+ * may have gone back to the allocator, and the second release is then
+ * neither caught nor safe. */
 TG_API bool tg_checked(void);
 TG_API void tg_release_at(tg_tensor *t, const char *file, int line);
 #ifdef TG_CHECKED
