@@ -1,5 +1,6 @@
 /* The thin bfloat16 products on cached weights (gemm_bf16_thin.h,
- * bf16_weights.h): the kernels on every path the machine has against
+ * bf16_weights.h): the kernels on the path named by the program's argument
+ * (one meson test a path, SKIP where the CPU lacks it) against
  * float64 products of the rounded operands; the copies made at the thin
  * threshold only, never read after the weight changed, gone with the
  * storage, absent at float32; and a Llama's bf16 greedy tokens the same
@@ -24,9 +25,14 @@
         ck_assert_int_eq(tg_scope_end(), 0);                                  \
     } while (0)
 
-static const enum tg__bf16_thin_path paths[] = {TG_BF16_THIN_PORTABLE, TG_BF16_THIN_WIDEN,
-                                                TG_BF16_THIN_DPBF16};
+/* The thin paths, one meson test each (tests/meson.build): the path cases
+ * force the one the program was started for, which main has seen the CPU
+ * has (widening and vdpbf16ps need the AVX-512 kernels). */
 #define N_PATHS 3
+static const char *const path_names[N_PATHS] = {"portable", "avx512", "avx512bf16"};
+static const enum tg__bf16_thin_path paths[N_PATHS] = {TG_BF16_THIN_PORTABLE, TG_BF16_THIN_WIDEN,
+                                                       TG_BF16_THIN_DPBF16};
+static int the_path;
 
 
 /* C = alpha A op(B) + beta C by tg__sgemm_bf16_thin, B given as bfloat16,
@@ -78,8 +84,7 @@ static const int64_t shapes[][3] = {
 
 START_TEST(thin_kernel_matches_float64_of_rounded_operands)
 {
-    if (!tg__bf16_thin_force(paths[_i]))
-        return; /* not on this CPU */
+    ck_assert(tg__bf16_thin_force(paths[the_path]));
     for (int s = 0; s < N_SHAPES; s++)
         for (int tb = 0; tb < 2; tb++)
             check_thin(shapes[s][0], shapes[s][1], shapes[s][2], tb, 1.0f, 0.0f);
@@ -314,8 +319,7 @@ static void llama_tokens(bool copies, int64_t *out, int64_t n)
 
 START_TEST(llama_bf16_greedy_tokens_are_the_same_with_the_copies)
 {
-    if (!tg__bf16_thin_force(paths[_i]))
-        return;
+    ck_assert(tg__bf16_thin_force(paths[the_path]));
     enum { N = 24 };
     int64_t with[N], without[N];
     llama_tokens(true, with, N);
@@ -334,13 +338,21 @@ START_TEST(llama_bf16_greedy_tokens_are_the_same_with_the_copies)
 }
 END_TEST
 
-int main(void)
+int main(int argc, char **argv)
 {
+    the_path = test_path_arg(argc, argv, path_names, N_PATHS);
+    if (the_path >= 0 && !tg__bf16_thin_force(paths[the_path]))
+        return skip_path("bf16_weights", path_names[the_path]);
+    tg__bf16_thin_force(TG_BF16_THIN_AUTO);
     Suite *s = suite_create("bf16_weights");
-    TCase *kern = tcase_create("kernels");
-    tcase_set_timeout(kern, 60);
-    tcase_add_loop_test(kern, thin_kernel_matches_float64_of_rounded_operands, 0, N_PATHS);
-    suite_add_tcase(s, kern);
+    if (the_path >= 0) {
+        TCase *kern = tcase_checked(path_names[the_path]);
+        tcase_set_timeout(kern, 60);
+        tcase_add_test(kern, thin_kernel_matches_float64_of_rounded_operands);
+        tcase_add_test(kern, llama_bf16_greedy_tokens_are_the_same_with_the_copies);
+        suite_add_tcase(s, kern);
+        return run_suite(s);
+    }
     TCase *cache = tcase_create("copies");
     tcase_add_checked_fixture(cache, leak_setup, leak_teardown);
     tcase_add_test(cache, affine_keeps_a_copy_at_the_thin_threshold_only);
@@ -349,8 +361,6 @@ int main(void)
     tcase_add_test(cache, float32_precision_makes_no_copy);
     tcase_add_test(cache, release_cached_memory_drops_the_copies);
     tcase_add_test(cache, threads_share_one_weight_safely);
-    tcase_add_loop_test(cache, llama_bf16_greedy_tokens_are_the_same_with_the_copies, 0,
-                        N_PATHS);
     suite_add_tcase(s, cache);
     return run_suite(s);
 }

@@ -14,6 +14,11 @@
 
 enum { N = 8, OUT_CAP = 1 << 16 };
 
+/* Under valgrind (the test setup sets TG_MEMCHECK) 800 steps take minutes:
+ * there the run is 100 steps, which takes every path of the example and
+ * prints the same table, and the loss bar is left to the other builds. */
+static int full_steps(void) { return getenv("TG_MEMCHECK") ? 100 : 800; }
+
 static char dir[256];           /* a fresh temporary directory */
 static char full_out[OUT_CAP];  /* the output of the full 800-step run */
 static int full_status = -1;
@@ -31,7 +36,9 @@ static void full_run_setup(void)
     strcpy(dir, "/tmp/tg_toy_lm_XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(full_svg, sizeof full_svg, "%s/heat.svg", dir);
-    full_status = run_example("--steps 800 --seed 0 --svg heat.svg", full_out, sizeof full_out);
+    char args[64];
+    snprintf(args, sizeof args, "--steps %d --seed 0 --svg heat.svg", full_steps());
+    full_status = run_example(args, full_out, sizeof full_out);
 }
 
 static void remove_in_dir(const char *name)
@@ -73,7 +80,7 @@ START_TEST(full_run_reaches_loss_below_0_35)
 {
     assert_full_run_ok();
     double prev = 1e9, loss = -1;
-    for (int step = 100; step <= 800; step += 100) {
+    for (int step = 100; step <= full_steps(); step += 100) {
         char key[32];
         snprintf(key, sizeof key, "step %4d  loss ", step);
         const char *p = strstr(full_out, key);
@@ -85,7 +92,8 @@ START_TEST(full_run_reaches_loss_below_0_35)
     const char *f = strstr(full_out, "final loss ");
     ck_assert_ptr_nonnull(f);
     ck_assert_double_eq_tol(atof(f + 11), prev, 1e-4);
-    ck_assert_msg(loss < 0.35, "final loss %.4f is not below 0.35", loss);
+    if (full_steps() == 800)
+        ck_assert_msg(loss < 0.35, "final loss %.4f is not below 0.35", loss);
 }
 END_TEST
 
@@ -97,9 +105,9 @@ START_TEST(full_run_reports_its_training_time)
     double seconds = -1;
     int steps = 0;
     ck_assert_int_eq(sscanf(p, "training time %lf s for %d steps", &seconds, &steps), 2);
-    ck_assert_int_eq(steps, 800);
+    ck_assert_int_eq(steps, full_steps());
     ck_assert_msg(seconds > 0 && seconds < 600, "time %g s", seconds);
-    fprintf(stderr, "toy_attention_lm: 800 steps in %.3f s\n", seconds);
+    fprintf(stderr, "toy_attention_lm: %d steps in %.3f s\n", steps, seconds);
 }
 END_TEST
 

@@ -129,6 +129,9 @@ int main(void)
     tcase_add_test(tc, exp_is_within_two_ulp_where_the_result_is_normal);
     tcase_add_test(tc, sigmoid_is_within_three_ulp);
     tcase_add_test(tc, gelu_tanh_and_its_derivative_match_the_float64_formula);
+    /* a second or two alone; Check's default of 4 s is short beside a full
+     * run under ASan or on a loaded machine */
+    tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }

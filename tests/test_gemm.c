@@ -1,7 +1,9 @@
 /* The GEMM kernels directly (gemm.h): the built-in and the dispatched
- * products against a naive loop on odd shapes, every ISA path, the thin,
- * narrow, tiny, banded and two-halves kernels, and what the packed kernel
- * fuses (a bias row, a map on A, the column sums of a weight gradient). */
+ * products against a naive loop on odd shapes; the thin, narrow, tiny,
+ * banded and two-halves kernels; and, on the ISA path named by the
+ * program's argument (one meson test a path, SKIP where the CPU lacks it),
+ * the packed kernel and what it fuses (a bias row, a map on A, the column
+ * sums of a weight gradient). */
 #include "testutil.h"
 
 #include "gemm.h"
@@ -137,19 +139,35 @@ static const int64_t isa_shapes[][3] = {/* m, n, k */
     {1, 1, 1},      {1, 70, 300},  {70, 1, 300},  {15, 33, 5},    {170, 40, 260},
     {29, 3100, 3},  {5, 2100, 300}, {300, 67, 100}, {40, 50, 1100}, {20, 40, 2200}};
 #define N_ISA_SHAPES (int)(sizeof isa_shapes / sizeof isa_shapes[0])
-static const enum tg__gemm_isa isas[] = {TG_GEMM_ISA_GENERIC, TG_GEMM_ISA_AVX2,
-                                         TG_GEMM_ISA_AVX512};
+/* The ISA paths, one meson test each (tests/meson.build); the path cases
+ * force the one the program was started for, which main has seen the CPU
+ * has, and put the run-time choice back at their end. */
+#define N_ISAS 3
+static const char *const isa_names[N_ISAS] = {"portable", "avx2", "avx512"};
+static const enum tg__gemm_isa isas[N_ISAS] = {TG_GEMM_ISA_GENERIC, TG_GEMM_ISA_AVX2,
+                                               TG_GEMM_ISA_AVX512};
+static int the_isa;
 
-/* Every ISA path this machine runs, forced in turn, on every shape above;
- * a path the machine lacks must be refused. */
+static enum tg__gemm_isa use_isa(void)
+{
+    ck_assert(tg__gemm_force_isa(isas[the_isa]));
+    return isas[the_isa];
+}
+
+/* The portable path runs everywhere, so its test is never a SKIP. */
+START_TEST(portable_path_is_never_refused)
+{
+    ck_assert(tg__gemm_force_isa(TG_GEMM_ISA_GENERIC));
+    ck_assert_int_eq(tg__gemm_isa_in_use(), TG_GEMM_ISA_GENERIC);
+    ck_assert(tg__gemm_force_isa(TG_GEMM_ISA_AUTO));
+}
+END_TEST
+
+/* The path on every shape above. */
 START_TEST(every_isa_path_matches_naive_loop_across_blocks)
 {
-    enum tg__gemm_isa isa = isas[_i / N_ISA_SHAPES];
-    const int64_t *s = isa_shapes[_i % N_ISA_SHAPES];
-    if (!tg__gemm_force_isa(isa)) {
-        ck_assert_int_ne(isa, TG_GEMM_ISA_GENERIC);
-        return;
-    }
+    use_isa();
+    const int64_t *s = isa_shapes[_i];
     check_gemm(tg__dgemm_builtin, tg__sgemm_builtin, s[0], s[1], s[2]);
     ck_assert(tg__gemm_force_isa(TG_GEMM_ISA_AUTO));
 }
@@ -162,9 +180,7 @@ END_TEST
  * with the bias row straight into C (2 whole 32-column panels). */
 START_TEST(short_last_tiles_match_naive_loop)
 {
-    enum tg__gemm_isa isa = isas[_i];
-    if (!tg__gemm_force_isa(isa))
-        return;
+    enum tg__gemm_isa isa = use_isa();
     enum { N = 64, K = 60 };
     static float a[82 * K], b[K * N], bias[N], c[82 * N];
     for (int i = 0; i < 82 * K; i++)
@@ -203,11 +219,9 @@ END_TEST
 START_TEST(packed_product_on_two_threads_has_the_bits_of_one)
 {
     static const int64_t shapes[3][3] = {{850, 32, 60}, {850, 32, 600}, {850, 32, 1100}};
-    enum tg__gemm_isa isa = isas[1 + _i / 3];
-    const int64_t *s = shapes[_i % 3]; /* m, n, k */
+    const int64_t *s = shapes[_i]; /* m, n, k */
     int64_t m = s[0], n = s[1], k = s[2];
-    if (!tg__gemm_force_isa(isa))
-        return;
+    use_isa();
     size_t na = (size_t)(m * k), nb = (size_t)(k * n), nc = (size_t)(m * n);
     float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b);
     float *c1 = malloc(nc * sizeof *c1), *c2 = malloc(nc * sizeof *c2);
@@ -464,9 +478,7 @@ END_TEST
  * and alpha scales: on every ISA path, with edge tiles and padded rows. */
 START_TEST(every_isa_path_handles_beta_zero_and_empty_k)
 {
-    enum tg__gemm_isa isa = isas[_i];
-    if (!tg__gemm_force_isa(isa))
-        return;
+    use_isa();
     enum { M = 17, N = 35, K = 9, LD = 40 };
     static float af[M * LD], bf[K * LD], cf[M * LD];
     static double a[M * LD], b[K * LD], c[M * LD];
@@ -525,11 +537,9 @@ static void map_square_plus(float *x, int64_t n)
  * leaves C as it was. */
 START_TEST(packed_product_adds_the_bias_row_once)
 {
-    enum tg__gemm_isa isa = isas[_i / N_ISA_SHAPES];
-    const int64_t *s = isa_shapes[_i % N_ISA_SHAPES];
+    enum tg__gemm_isa isa = use_isa();
+    const int64_t *s = isa_shapes[_i];
     int64_t m = s[0], n = s[1], k = s[2], ldc = n + 3;
-    if (!tg__gemm_force_isa(isa))
-        return;
     for (int pass = 0; pass < 4; pass++) {
         bool tb = pass % 2, mapped = pass >= 2;
         int64_t lda = k + 1, ldb = tb ? k + 2 : n + 2;
@@ -579,12 +589,10 @@ END_TEST
  * returns 1 having written nothing. */
 START_TEST(weight_and_bias_grads_in_one_pass_match_separate_sums)
 {
-    enum tg__gemm_isa isa = isas[_i / 3];
+    enum tg__gemm_isa isa = use_isa();
     static const int64_t shapes[3][3] = {{300, 67, 100}, {1100, 40, 50}, {37, 30, 20}};
-    const int64_t *s = shapes[_i % 3];
+    const int64_t *s = shapes[_i];
     int64_t rows = s[0], out = s[1], in = s[2];
-    if (!tg__gemm_force_isa(isa))
-        return;
     float *gy = malloc((size_t)(rows * out) * sizeof *gy);
     float *x = malloc((size_t)(rows * in) * sizeof *x), *dw = malloc((size_t)(out * in) * sizeof *dw);
     double *sums = malloc((size_t)out * sizeof *sums);
@@ -624,30 +632,41 @@ START_TEST(weight_and_bias_grads_in_one_pass_match_separate_sums)
 }
 END_TEST
 
-int main(void)
+int main(int argc, char **argv)
 {
+    the_isa = test_path_arg(argc, argv, isa_names, N_ISAS);
+    if (the_isa >= 0 && !tg__gemm_force_isa(isas[the_isa]))
+        return skip_path("gemm", isa_names[the_isa]);
+    tg__gemm_force_isa(TG_GEMM_ISA_AUTO);
     Suite *s = suite_create("gemm");
-    TCase *gemm = tcase_checked("gemm");
-    tcase_add_loop_test(gemm, builtin_gemm_matches_naive_loop, 0, N_GEMM);
-    tcase_add_loop_test(gemm, dispatched_gemm_matches_naive_loop, 0, N_GEMM);
-    tcase_add_test(gemm, thin_gemm_with_beta_zero_ignores_what_c_held);
-    tcase_add_test(gemm, thin_gemm_rows_do_not_depend_on_how_many_run_together);
-    tcase_add_test(gemm, narrow_gemm_split_over_threads_matches_one_tiny_call);
-    tcase_add_test(gemm, long_reduction_is_two_tiny_halves_added);
-    tcase_add_test(gemm, linear_grads_in_one_region_match_two_products);
-    tcase_add_test(gemm, banded_tiny_product_skips_only_zeros);
-    tcase_add_test(gemm, lower_tiny_product_writes_the_lower_part_as_tiny_does);
-    tcase_add_test(gemm, gemm_with_empty_dims);
-    tcase_add_loop_test(gemm, every_isa_path_matches_naive_loop_across_blocks, 0,
-                        3 * N_ISA_SHAPES);
-    tcase_add_loop_test(gemm, every_isa_path_handles_beta_zero_and_empty_k, 0, 3);
-    tcase_add_loop_test(gemm, short_last_tiles_match_naive_loop, 0, 3);
+    if (the_isa < 0) {
+        TCase *gemm = tcase_checked("gemm");
+        tcase_add_loop_test(gemm, builtin_gemm_matches_naive_loop, 0, N_GEMM);
+        tcase_add_loop_test(gemm, dispatched_gemm_matches_naive_loop, 0, N_GEMM);
+        tcase_add_test(gemm, thin_gemm_with_beta_zero_ignores_what_c_held);
+        tcase_add_test(gemm, thin_gemm_rows_do_not_depend_on_how_many_run_together);
+        tcase_add_test(gemm, narrow_gemm_split_over_threads_matches_one_tiny_call);
+        tcase_add_test(gemm, long_reduction_is_two_tiny_halves_added);
+        tcase_add_test(gemm, linear_grads_in_one_region_match_two_products);
+        tcase_add_test(gemm, banded_tiny_product_skips_only_zeros);
+        tcase_add_test(gemm, lower_tiny_product_writes_the_lower_part_as_tiny_does);
+        tcase_add_test(gemm, gemm_with_empty_dims);
+        tcase_add_test(gemm, portable_path_is_never_refused);
+        tcase_set_timeout(gemm, 60);
+        suite_add_tcase(s, gemm);
+        return run_suite(s);
+    }
+    TCase *isa = tcase_checked(isa_names[the_isa]);
+    tcase_add_loop_test(isa, every_isa_path_matches_naive_loop_across_blocks, 0, N_ISA_SHAPES);
+    tcase_add_test(isa, every_isa_path_handles_beta_zero_and_empty_k);
+    tcase_add_test(isa, short_last_tiles_match_naive_loop);
 #if TG_HAVE_OPENMP /* without it there is only one thread */
-    tcase_add_loop_test(gemm, packed_product_on_two_threads_has_the_bits_of_one, 0, 6);
+    if (isas[the_isa] != TG_GEMM_ISA_GENERIC) /* the SIMD packed kernels' split */
+        tcase_add_loop_test(isa, packed_product_on_two_threads_has_the_bits_of_one, 0, 3);
 #endif
-    tcase_add_loop_test(gemm, packed_product_adds_the_bias_row_once, 0, 3 * N_ISA_SHAPES);
-    tcase_add_loop_test(gemm, weight_and_bias_grads_in_one_pass_match_separate_sums, 0, 9);
-    tcase_set_timeout(gemm, 60);
-    suite_add_tcase(s, gemm);
+    tcase_add_loop_test(isa, packed_product_adds_the_bias_row_once, 0, N_ISA_SHAPES);
+    tcase_add_loop_test(isa, weight_and_bias_grads_in_one_pass_match_separate_sums, 0, 3);
+    tcase_set_timeout(isa, 60);
+    suite_add_tcase(s, isa);
     return run_suite(s);
 }

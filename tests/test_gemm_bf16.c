@@ -1,8 +1,9 @@
 /* The bfloat16 products (gemm.h: tg__sgemm_bf16, tg__sgemm_bias_bf16,
  * tg__gemm_p) and the conversions they round with (bf16.h): every shape
- * class on every path the machine has, against float64 products of the
- * rounded operands (float32 accumulation's tolerance) and of the unrounded
- * ones (bfloat16's). */
+ * class on the path named by the program's argument (one meson test a path,
+ * SKIP where the CPU lacks it), against float64 products of the rounded
+ * operands (float32 accumulation's tolerance) and of the unrounded ones
+ * (bfloat16's). */
 #include "testutil.h"
 #include "bf16_testutil.h"
 
@@ -87,16 +88,19 @@ START_TEST(bf16_round_in_place_matches_the_scalar_conversion)
 }
 END_TEST
 
-/* The paths: index 0 the converting one, 1 vdpbf16ps, 2 AMX; a test on a
- * path the machine lacks passes having checked nothing. */
+/* The paths, one meson test each (tests/meson.build): the converting one,
+ * vdpbf16ps, AMX. main forces none of them; each path case forces the one
+ * the program was started for, which main has seen the CPU has. */
 #define N_PATHS 3
-static bool use_path(int i)
-{
-    static const enum tg__bf16_path paths[N_PATHS] = {TG_BF16_CONVERTING, TG_BF16_DPBF16,
-                                                      TG_BF16_AMX};
-    return tg__gemm_bf16_force(paths[i]);
-}
+static const char *const path_names[N_PATHS] = {"converting", "avx512bf16", "amx"};
+static const enum tg__bf16_path paths[N_PATHS] = {TG_BF16_CONVERTING, TG_BF16_DPBF16,
+                                                  TG_BF16_AMX};
+static int the_path;
 
+static void use_path(void)
+{
+    ck_assert(tg__gemm_bf16_force(paths[the_path]));
+}
 
 /* C = alpha op(A) op(B) + beta C through f (tg__sgemm_bf16 or tg__gemm_p
  * at bf16), padded leading dims, checked against float64 of the rounded
@@ -164,10 +168,8 @@ static const int64_t shapes[][3] = {
 
 START_TEST(bf16_gemm_matches_float64_of_rounded_operands)
 {
-    int path = _i / N_SHAPES;
-    const int64_t *s = shapes[_i % N_SHAPES];
-    if (!use_path(path))
-        return; /* not on this CPU */
+    const int64_t *s = shapes[_i];
+    use_path();
     for (int t = 0; t < 4; t++)
         check_bf16(s[0], s[1], s[2], t & 1, t & 2, 1.0f, 0.0f, false);
     ck_assert(tg__gemm_bf16_force(TG_BF16_AUTO));
@@ -176,9 +178,7 @@ END_TEST
 
 START_TEST(bf16_gemm_applies_alpha_and_beta)
 {
-    int path = _i;
-    if (!use_path(path))
-        return;
+    use_path();
     check_bf16(47, 71, 513, false, true, -0.75f, 0.5f, false);
     check_bf16(130, 40, 300, true, false, 2.0f, 1.0f, false);
     check_bf16(3, 200, 100, false, false, 1.5f, -1.0f, false);
@@ -194,8 +194,7 @@ END_TEST
 START_TEST(bf16_gemm_gives_the_same_bits_on_one_and_two_threads)
 {
     enum { M = 700, N = 64, K = 2100 };
-    if (!use_path(_i))
-        return;
+    use_path();
     float *a = malloc(M * K * sizeof *a), *b = malloc(K * N * sizeof *b);
     float *c1 = malloc(M * N * sizeof *c1), *c2 = malloc(M * N * sizeof *c2);
     fill(a, M * K, 5), fill(b, K * N, 6);
@@ -250,11 +249,9 @@ static void twice(float *x, int64_t n)
  * accumulation of float64 of the rounded amap(A) and op(B). */
 START_TEST(bf16_bias_gemm_adds_the_bias_row_and_maps_a_before_rounding)
 {
-    int path = _i / N_SHAPES;
-    const int64_t *s = shapes[_i % N_SHAPES];
+    const int64_t *s = shapes[_i];
     int64_t m = s[0], n = s[1], k = s[2];
-    if (!use_path(path))
-        return;
+    use_path();
     for (int tb = 0; tb < 2; tb++)
         for (int mapped = 0; mapped < 2; mapped++) {
             int64_t lda = k + 2, ldb = tb ? k + 1 : n + 1, ldc = n + 3;
@@ -316,23 +313,30 @@ START_TEST(bf16_path_choice_follows_the_cpu_and_the_environment)
 }
 END_TEST
 
-int main(void)
+int main(int argc, char **argv)
 {
+    the_path = test_path_arg(argc, argv, path_names, N_PATHS);
+    if (the_path >= 0 && !tg__gemm_bf16_force(paths[the_path]))
+        return skip_path("gemm_bf16", path_names[the_path]);
+    tg__gemm_bf16_force(TG_BF16_AUTO);
     Suite *s = suite_create("gemm_bf16");
-    TCase *conv = tcase_checked("conversion");
-    tcase_add_test(conv, bf16_conversion_rounds_to_nearest_even);
-    tcase_add_test(conv, bf16_conversion_keeps_nan_inf_and_denormals);
-    tcase_add_test(conv, bf16_round_in_place_matches_the_scalar_conversion);
-    suite_add_tcase(s, conv);
-    TCase *gemm = tcase_checked("gemm");
-    tcase_add_loop_test(gemm, bf16_gemm_matches_float64_of_rounded_operands, 0,
-                        N_PATHS * N_SHAPES);
-    tcase_add_loop_test(gemm, bf16_gemm_applies_alpha_and_beta, 0, N_PATHS);
-    tcase_add_loop_test(gemm, bf16_gemm_gives_the_same_bits_on_one_and_two_threads, 0, N_PATHS);
-    tcase_add_test(gemm, gemm_p_sends_bf16_float32_products_to_the_bf16_kernels);
-    tcase_add_test(gemm, bf16_path_choice_follows_the_cpu_and_the_environment);
+    if (the_path < 0) {
+        TCase *conv = tcase_checked("conversion");
+        tcase_add_test(conv, bf16_conversion_rounds_to_nearest_even);
+        tcase_add_test(conv, bf16_conversion_keeps_nan_inf_and_denormals);
+        tcase_add_test(conv, bf16_round_in_place_matches_the_scalar_conversion);
+        tcase_add_test(conv, gemm_p_sends_bf16_float32_products_to_the_bf16_kernels);
+        tcase_add_test(conv, bf16_path_choice_follows_the_cpu_and_the_environment);
+        tcase_set_timeout(conv, 60);
+        suite_add_tcase(s, conv);
+        return run_suite(s);
+    }
+    TCase *gemm = tcase_checked(path_names[the_path]);
+    tcase_add_loop_test(gemm, bf16_gemm_matches_float64_of_rounded_operands, 0, N_SHAPES);
+    tcase_add_test(gemm, bf16_gemm_applies_alpha_and_beta);
+    tcase_add_test(gemm, bf16_gemm_gives_the_same_bits_on_one_and_two_threads);
     tcase_add_loop_test(gemm, bf16_bias_gemm_adds_the_bias_row_and_maps_a_before_rounding, 0,
-                        N_PATHS * N_SHAPES);
+                        N_SHAPES);
     tcase_set_timeout(gemm, 120);
     suite_add_tcase(s, gemm);
     return run_suite(s);

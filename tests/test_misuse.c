@@ -1,7 +1,11 @@
 /* Misuse the library must catch rather than corrupt memory or answer wrong:
  * scopes nested without limit, data written in place under a graph that
- * still needs it, and tensors used after their release (checked mode). */
+ * still needs it, and tensors used after their release (checked mode). The
+ * suite's other parts: bad arguments (misuse_bad_input.c) and values or
+ * memory gone wrong (misuse_robustness.c). meson runs it twice, checked
+ * mode off and on. */
 #include "testutil.h"
+#include "suite_parts.h"
 
 #include <unistd.h>
 
@@ -430,5 +434,7 @@ int main(void)
     tcase_add_test(tc, a_released_mask_or_array_element_is_reported);
     tcase_add_test(tc, a_released_tensor_given_to_a_module_is_reported);
     suite_add_tcase(s, tc);
+    misuse_bad_input_cases(s);
+    misuse_robustness_cases(s);
     return run_suite(s);
 }

@@ -1,7 +1,10 @@
 /* Named parameter lists and the basic modules (Linear, LayerNorm, Embedding):
  * forward values against loops written here or the op called directly,
- * PyTorch's initial distributions, gradients, names, errors and lifetimes. */
+ * PyTorch's initial distributions, gradients, names, errors and lifetimes.
+ * The suite's other part, modules_written_with_module_h.c: a module written
+ * on module.h, the header a module's author uses. */
 #include "testutil.h"
+#include "suite_parts.h"
 
 /* a and b have the same shape and bit-for-bit the same values. */
 static void assert_same(const tg_tensor *a, const tg_tensor *b)
@@ -702,5 +705,6 @@ int main(void)
     tcase_add_test(emb, embedding_module_matches_op_called_directly);
     tcase_add_test(emb, embedding_module_rejects_bad_arguments);
     suite_add_tcase(s, emb);
+    modules_written_with_module_h_cases(s);
     return run_suite(s);
 }

@@ -1,7 +1,9 @@
 /* Optimizers against PyTorch 1.13 (numbers printed by
  * tests/fixtures/optim_reference.py), their state round trip, gradient
- * clipping, the warmup + cosine schedule, and every error case. */
+ * clipping, the warmup + cosine schedule, and every error case. The suite's
+ * other part, optim_written_with_module_h.c: optimizers written on module.h. */
 #include "testutil.h"
+#include "suite_parts.h"
 
 /* The parameter and loss coefficients of the reference script:
  * loss = sum(C * p * p), so grad = 2 * C * p. */
@@ -802,5 +804,6 @@ int main(void)
     tcase_add_test(clip, warmup_cosine_schedule_values);
     tcase_add_test(clip, warmup_cosine_rejects_negative_arguments);
     suite_add_tcase(s, clip);
+    optim_written_with_module_h_cases(s);
     return run_suite(s);
 }

@@ -48,6 +48,32 @@ static inline int run_suite(Suite *s)
     return failed ? 1 : 0;
 }
 
+/* The exit status meson counts as SKIP, not as a pass. */
+#define TEST_SKIP 77
+
+/* A program that tests several kernel paths runs one per meson test: with
+ * no argument its path-independent cases (-1), with a path's name (one of
+ * names[0..n)) that path's cases alone (its index). The caller forces the
+ * path and, when the CPU lacks it, returns skip_path(): so a path this CPU
+ * cannot run shows as SKIP under its own name, never as a pass that
+ * checked nothing. An unknown name is a failure (exit 2). */
+static inline int test_path_arg(int argc, char **argv, const char *const *names, int n)
+{
+    if (argc < 2)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (strcmp(argv[1], names[i]) == 0)
+            return i;
+    fprintf(stderr, "%s: unknown path '%s'\n", argv[0], argv[1]);
+    exit(2);
+}
+
+static inline int skip_path(const char *program, const char *path)
+{
+    printf("SKIP: %s: this CPU has no %s path\n", program, path);
+    return TEST_SKIP;
+}
+
 /* Shapes as literals: SHAPE(2, 3) */
 #define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
 #define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))

@@ -1,8 +1,9 @@
-/* The module writer's header, module.h: a module written here with it and
- * the public headers alone, its argument checks and error messages, shape
- * strings, handing a second result to the caller's scope, and the causal
- * mask for L queries and S keys. */
+/* Part of the modules suite (test_modules.c): the module writer's header,
+ * module.h. A module written here with it and the public headers alone, its
+ * argument checks and error messages, shape strings, handing a second result
+ * to the caller's scope, and the causal mask for L queries and S keys. */
 #include "testutil.h"
+#include "suite_parts.h"
 
 #include <tensorgrad/module.h>
 
@@ -126,9 +127,8 @@ START_TEST(causal_mask_rect_is_true_where_the_key_comes_after_the_query)
 }
 END_TEST
 
-int main(void)
+void modules_written_with_module_h_cases(Suite *s)
 {
-    Suite *s = suite_create("module");
     TCase *tc = tcase_checked("module");
     tcase_add_test(tc, a_module_written_with_module_h_computes_and_checks_its_arguments);
     tcase_add_test(tc, tg_fail_returns_null_and_keeps_the_first_error);
@@ -137,5 +137,4 @@ int main(void)
     tcase_add_test(tc, dtype_is_float_for_float32_and_float64_only);
     tcase_add_test(tc, causal_mask_rect_is_true_where_the_key_comes_after_the_query);
     suite_add_tcase(s, tc);
-    return run_suite(s);
 }

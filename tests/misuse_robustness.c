@@ -1,7 +1,10 @@
-/* Robustness: anomaly mode (the first op to make a NaN or Inf is named),
- * out-of-memory as an error through the allocator hook, and numerical
- * stability at extreme logits, constant rows and fully masked rows. */
+/* Part of the misuse suite (test_misuse.c): what the library does when
+ * values or memory go wrong rather than arguments. Anomaly mode (the first
+ * op to make a NaN or Inf is named), out-of-memory as an error through the
+ * allocator hook, and numerical stability at extreme logits, constant rows
+ * and fully masked rows. */
 #include "testutil.h"
+#include "suite_parts.h"
 
 /* The absurd-shape tests ask for petabytes: under AddressSanitizer that must
  * be a NULL from calloc, as it is in a normal build, not a report. */
@@ -403,9 +406,8 @@ START_TEST(mha_fully_masked_query_gets_zero_weights)
 }
 END_TEST
 
-int main(void)
+void misuse_robustness_cases(Suite *s)
 {
-    Suite *s = suite_create("robustness");
     TCase *anomaly = tcase_checked("anomaly");
     tcase_add_test(anomaly, anomaly_mode_is_off_by_default);
     tcase_add_test(anomaly, anomaly_mode_names_op_and_input_shapes);
@@ -427,5 +429,4 @@ int main(void)
     tcase_add_test(num, fully_masked_rows_give_zeros_and_zero_gradient);
     tcase_add_test(num, mha_fully_masked_query_gets_zero_weights);
     suite_add_tcase(s, num);
-    return run_suite(s);
 }

@@ -1,8 +1,10 @@
-/* The bad-input catalogue: one table entry per distinct misuse of the public
- * API. Each entry makes one bad call inside a scope and says whether the call
- * reported failure; the driver checks the code, that the message names the
- * function and the offending values, and that no tensor outlives the entry. */
+/* Part of the misuse suite (test_misuse.c): the bad-input catalogue, one
+ * table entry per distinct misuse of the public API's arguments. Each entry
+ * makes one bad call inside a scope and says whether the call reported
+ * failure; the driver checks the code, that the message names the function
+ * and the offending values, and that no tensor outlives the entry. */
 #include "testutil.h"
+#include "suite_parts.h"
 
 #include "internal.h" /* only to plant a gradient the public API cannot make */
 
@@ -789,12 +791,10 @@ START_TEST(catalogue_entries_are_distinct)
 }
 END_TEST
 
-int main(void)
+void misuse_bad_input_cases(Suite *s)
 {
-    Suite *s = suite_create("bad_input");
     TCase *tc = tcase_checked("catalogue");
     tcase_add_loop_test(tc, bad_input_fails_cleanly, 0, CATALOGUE_SIZE);
     tcase_add_test(tc, catalogue_entries_are_distinct);
     suite_add_tcase(s, tc);
-    return run_suite(s);
 }

@@ -1,7 +1,9 @@
-/* The optimizer writer's calls of module.h: an optimizer written by hand on
- * tg_update_params gives tg_optim's bits, tg_sum_squares and
- * tg_scale_in_place on views, and every argument they refuse. */
+/* Part of the optim suite (test_optim.c): the optimizer writer's calls of
+ * module.h. An optimizer written by hand on tg_update_params gives
+ * tg_optim's bits, tg_sum_squares and tg_scale_in_place on views, and every
+ * argument they refuse. */
 #include "testutil.h"
+#include "suite_parts.h"
 
 #include <tensorgrad/module.h>
 
@@ -347,9 +349,8 @@ START_TEST(sum_squares_and_scale_refuse_null_and_non_float)
 }
 END_TEST
 
-int main(void)
+void optim_written_with_module_h_cases(Suite *s)
 {
-    Suite *s = suite_create("optim_api");
     TCase *hand = tcase_checked("hand_written");
     tcase_add_test(hand, hand_written_adamw_gives_tg_optims_bits);
     tcase_add_test(hand, hand_written_sgd_with_momentum_gives_tg_optims_bits);
@@ -362,5 +363,4 @@ int main(void)
     tcase_add_test(errors, update_params_refuses_each_bad_argument_before_writing);
     tcase_add_test(errors, sum_squares_and_scale_refuse_null_and_non_float);
     suite_add_tcase(s, errors);
-    return run_suite(s);
 }
