@@ -780,7 +780,8 @@ START_TEST(llama_learns_the_task_past_the_accuracy_bar)
     ck_assert_output("2 kv heads, hidden 384");
     double pct = task_accuracy_printed();
     fprintf(stderr, "llama: '%s' gives %.1f%% on the task\n", args, pct);
-    ck_assert_msg(pct >= bar, "accuracy %.1f%%:\n%s", pct, output);
+    size_t len = strlen(output); /* the end: Check refuses messages of many kilobytes */
+    ck_assert_msg(pct >= bar, "accuracy %.1f%%:\n%s", pct, output + (len > 2000 ? len - 2000 : 0));
 }
 END_TEST
 
