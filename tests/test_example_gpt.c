@@ -754,14 +754,16 @@ static double task_accuracy_printed(void)
 }
 
 /* The first run a user makes must learn: on the task, --arch llama without
- * --steps or --batch trains 5000 steps of 32 (a GPT, or either with
- * --data, keeps its own). One step shows the settings in use. */
+ * --steps, --batch or --lr trains 5000 steps of 32 at 3e-3 (a GPT, or
+ * either with --data, keeps its own). One step shows the settings in use. */
 START_TEST(llama_on_the_task_defaults_to_settings_that_learn_it)
 {
     ck_assert_int_eq(run("train --arch llama --stop-at 1 --out l.st --svg l.svg"), 0);
-    ck_assert_output("batch 32, steps 5000,");
+    ck_assert_output("AdamW lr 0.003 (warmup + cosine), batch 32, steps 5000,");
+    ck_assert_int_eq(run("train --arch llama --lr 1e-3 --stop-at 1 --out l.st --svg l.svg"), 0);
+    ck_assert_output("AdamW lr 0.001 (warmup + cosine), batch 32, steps 5000,");
     ck_assert_int_eq(run("train --stop-at 1 --out g.st --svg g.svg"), 0);
-    ck_assert_output("batch 64, steps 1500,");
+    ck_assert_output("AdamW lr 0.001 (warmup + cosine), batch 64, steps 1500,");
     ck_assert_int_eq(run("train --arch llama --steps 7 --stop-at 1 --out l.st --svg l.svg"), 0);
     ck_assert_output("batch 32, steps 7,");
     ck_assert_int_eq(run("train --arch llama --batch 8 --stop-at 1 --out l.st --svg l.svg"), 0);
