@@ -4,9 +4,11 @@
  * and exits 1 whatever the ranks do: a rank has that second to save. */
 #include "gpt_stop.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -18,10 +20,21 @@
 enum { FROM_PARENT = 256 };
 static atomic_int first_signal;
 
+/* /dev/null under Open MPI's mpiexec, which stops reading its ranks' output
+ * once it is told to stop the job: a rank writing a line then blocks on the
+ * full pipe until SIGKILL comes, and never saves. Its SIGINT or SIGTERM
+ * points the rank's output there instead; a write blocked at that moment is
+ * restarted (SA_RESTART) on the same descriptor number, now /dev/null. */
+static int quiet_fd = -1;
+
 static void on_signal(int sig, siginfo_t *info, void *context)
 {
     (void)context;
     int none = 0, mine = sig | (info && info->si_pid == getppid() ? FROM_PARENT : 0);
+    if ((mine & FROM_PARENT) && sig != SIGUSR1 && quiet_fd >= 0) {
+        dup2(quiet_fd, STDOUT_FILENO);
+        dup2(quiet_fd, STDERR_FILENO);
+    }
     if (!atomic_compare_exchange_strong(&first_signal, &none, mine) && none % FROM_PARENT == sig) {
         signal(sig, SIG_DFL); /* asked twice: stop now */
         raise(sig);
@@ -30,6 +43,9 @@ static void on_signal(int sig, siginfo_t *info, void *context)
 
 void gpt_stop_watch(void)
 {
+    const char *world = getenv("OMPI_COMM_WORLD_SIZE");
+    if (world && *world && quiet_fd < 0)
+        quiet_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_signal;

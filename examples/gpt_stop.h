@@ -7,7 +7,9 @@
 #include <stdbool.h>
 
 /* Catches the three signals. The first one that arrives is the one reported;
- * a second of the same kind ends the process at once, as if not caught. */
+ * a second of the same kind ends the process at once, as if not caught.
+ * Under Open MPI's mpiexec, a SIGINT or SIGTERM from mpiexec (stopping the
+ * job, no longer passing output on) sends the rank's output to /dev/null. */
 void gpt_stop_watch(void);
 /* Collective: the signal that reached the lowest-numbered rank that got one,
  * or 0 for none. *launcher: it was sent by this process's parent under an

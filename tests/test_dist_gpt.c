@@ -431,6 +431,31 @@ static void assert_saved_at_the_stop(const char *name)
     tg_params_clear(&ck);
 }
 
+/* After a signal to mpiexec itself: mpiexec stops reading the ranks'
+ * output as it winds the job down, and they write no more of it, so the
+ * stopped line may not reach the log. Where it came through it names the
+ * launcher and the step saved; either way dir/name holds at least the steps
+ * the log shows. */
+static void assert_saved_after_the_launcher_stopped(const char *name, const char *said)
+{
+    if (strstr(output, "stopped at step ")) {
+        ck_assert_output(said);
+        assert_saved_at_the_stop(name);
+        return;
+    }
+    long long shown = 0;
+    for (const char *at = output; (at = strstr(at, "step ")) != NULL; at += 5)
+        if (at[5] >= '1' && at[5] <= '9' && strchr(at, '/'))
+            shown = atoll(at + 5) > shown ? atoll(at + 5) : shown;
+    tg_params ck = {0};
+    ck_assert_msg(tg_safetensors_load(in_dir(name), &ck) == 0, "%s:\n%s", tg_error_message(), tail());
+    tg_tensor *history = tg_params_find(&ck, "train.history");
+    ck_assert_ptr_nonnull(history);
+    ck_assert_msg(tg_size(history, 0) >= shown, "saved %lld steps, the log shows %lld",
+                  (long long)tg_size(history, 0), shown);
+    tg_params_clear(&ck);
+}
+
 /* The pid of one of mpiexec's ranks (a child of job named gpt). */
 static pid_t a_rank(void)
 {
@@ -457,20 +482,20 @@ static pid_t a_rank(void)
 
 /* A Ctrl-C (SIGINT to the process group) or SIGTERM to mpiexec: Open MPI's
  * mpiexec sends its ranks SIGTERM a second later and exits 1 whatever they
- * do; in that second the ranks save and say so. */
-START_TEST(signal_to_mpiexec_saves_and_says_the_launcher_stopped_the_job)
+ * do; in that second the ranks save, their output sent to /dev/null since
+ * mpiexec no longer reads it (a rank blocked writing a line would never
+ * save). */
+START_TEST(signal_to_mpiexec_saves_the_job)
 {
     start_job(SIGNALLED " --out t.st");
     ck_assert_int_eq(kill(job, SIGTERM), 0);
     ck_assert_int_eq(wait_job(), 1);
-    ck_assert_output("by SIGTERM from the MPI launcher; continue with --resume t.st");
-    assert_saved_at_the_stop("t.st");
+    assert_saved_after_the_launcher_stopped("t.st", "by SIGTERM from the MPI launcher; continue with --resume t.st");
 
     start_job(SIGNALLED " --zero1 --out i.st");
     ck_assert_int_eq(kill(-job, SIGINT), 0);
     ck_assert_int_eq(wait_job(), 1);
-    ck_assert_output("by SIGTERM from the MPI launcher; continue with --resume i.st");
-    assert_saved_at_the_stop("i.st");
+    assert_saved_after_the_launcher_stopped("i.st", "by SIGTERM from the MPI launcher; continue with --resume i.st");
 }
 END_TEST
 
@@ -512,7 +537,7 @@ int main(void)
     tcase_add_test(tc, ranks_reading_different_data_or_checkpoints_refuse_at_once);
     tcase_add_test(tc, validation_loss_does_not_depend_on_the_world_size);
     tcase_add_test(tc, ranks_under_mpiexec_print_plain_lines);
-    tcase_add_test(tc, signal_to_mpiexec_saves_and_says_the_launcher_stopped_the_job);
+    tcase_add_test(tc, signal_to_mpiexec_saves_the_job);
     tcase_add_test(tc, signal_to_a_rank_or_sigusr1_to_mpiexec_stops_the_job_with_its_code);
     suite_add_tcase(s, tc);
     return run_suite(s);
