@@ -284,6 +284,10 @@ static bool launcher_variable(const char *e)
     return false;
 }
 
+/* This program, by the path it was started with: under valgrind
+ * /proc/self/exe is valgrind's own tool, which cannot be started alone. */
+static char *self_path;
+
 /* Runs this program's report on the first `cpus` CPUs of the real mask with
  * the environment less any launcher's variables plus `extra`. */
 static void child_report(const char *const *extra, int cpus, int *threads, int *blas, char *why,
@@ -310,7 +314,7 @@ static void child_report(const char *const *extra, int cpus, int *threads, int *
                 CPU_SET(c, &narrow), kept++;
         sched_setaffinity(0, sizeof narrow, &narrow);
         dup2(fd[1], 1);
-        execve("/proc/self/exe", (char *[]){"test_threads", "--report", NULL}, (char **)env);
+        execve(self_path, (char *[]){self_path, "--report", NULL}, (char **)env);
         _exit(127);
     }
     close(fd[1]);
@@ -427,6 +431,7 @@ END_TEST
 
 int main(int argc, char **argv)
 {
+    self_path = argv[0];
     if (argc == 2 && strcmp(argv[1], "--report") == 0)
         return report();
     Suite *s = suite_create("threads");
